@@ -1,0 +1,49 @@
+# `make demo` and `make test` install what is missing (Debian packages as root, npm packages), build, and run.
+SHELL := /bin/bash
+APT_PACKAGES := etcd-server etcd-client iproute2 iptables nftables iputils-ping
+# A command each package provides, in the same order, to see whether it is installed.
+APT_PROBES := etcd etcdctl ip iptables nft ping
+
+.PHONY: all deps apt-deps npm-deps build lint typecheck test test-unit demo bench clean
+
+all: build
+
+apt-deps:
+	@missing=(); probes=($(APT_PROBES)); pkgs=($(APT_PACKAGES)); \
+	for i in "$${!probes[@]}"; do command -v "$${probes[$$i]}" >/dev/null 2>&1 || missing+=("$${pkgs[$$i]}"); done; \
+	if [ $${#missing[@]} -gt 0 ]; then \
+	  echo "installing Debian packages: $${missing[*]}"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "run as root (or install: $${missing[*]})" >&2; exit 1; fi; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$${missing[@]}"; \
+	fi
+
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund
+
+npm-deps: node_modules/.package-lock.json
+
+deps: apt-deps npm-deps
+
+build: npm-deps
+	npm run build
+
+typecheck: npm-deps
+	npm run typecheck
+
+lint: npm-deps
+	npm run lint
+
+test: deps build typecheck lint
+	npm test
+
+test-unit: npm-deps
+	npm run test:unit
+
+demo: deps build
+	node --import=tsx demo/alloc-demo.ts
+
+bench: deps build
+	node --import=tsx bench/acquire.ts
+
+clean:
+	rm -rf dist

@@ -1,0 +1,164 @@
+// weftd's command line: flanneld's flags with flanneld's names and defaults, FLANNELD_* environment
+// equivalents, and a few weft additions (logging, reconcile interval).
+import yargs from 'yargs';
+import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX } from '../subnet/etcd/registry.js';
+import type { LogFormat, LogLevel } from '../util/log.js';
+
+export interface WeftdFlags {
+  etcdEndpoints: string[];
+  etcdPrefix: string;
+  etcdKeyfile: string;
+  etcdCertfile: string;
+  etcdCafile: string;
+  etcdUsername: string;
+  etcdPassword: string;
+  iface: string[];
+  ifaceRegex: string[];
+  ifaceCanReach: string;
+  subnetFile: string;
+  publicIp: string;
+  publicIpv6: string;
+  subnetLeaseRenewMargin: number;
+  ipMasq: boolean;
+  ipMasqFullyRandomDisable: boolean;
+  kubeSubnetMgr: boolean;
+  kubeApiUrl: string;
+  kubeAnnotationPrefix: string;
+  kubeconfigFile: string;
+  healthzIp: string;
+  healthzPort: number;
+  iptablesResync: number;
+  iptablesForwardRules: boolean;
+  ipBlackholeRoute: boolean;
+  netConfigPath: string;
+  setNodeNetworkUnavailable: boolean;
+  logFormat: LogFormat;
+  logLevel: LogLevel;
+  reconcileInterval: number;
+  v: number;
+}
+
+export class FlagError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'FlagError';
+  }
+}
+
+
+/** Go's flag package takes `-name` as well as `--name`; yargs would read `-name` as short flags. */
+export function normalizeGoFlags(argv: readonly string[]): string[] {
+  return argv.map((a) => (/^-[a-zA-Z][a-zA-Z0-9-]+(=.*)?$/.test(a) ? `-${a}` : a));
+}
+
+/** Go's flag package: a repeated flag keeps its last value (yargs would make an array). */
+function last<T>(v: T | T[]): T {
+  return Array.isArray(v) ? (v[v.length - 1] as T) : v;
+}
+const lastString = (v: string | string[]): string => last(v);
+const lastNumber = (v: number | number[]): number => last(v);
+const lastBoolean = (v: boolean | boolean[]): boolean => last(v);
+
+/** The list flags accept repeats and comma lists (flannel's --etcd-endpoints is comma-delimited). */
+function splitList(values: readonly (string | number)[]): string[] {
+  return values.flatMap((v) => String(v).split(',')).map((s) => s.trim()).filter((s) => s !== '');
+}
+
+export function buildParser(argv: readonly string[]) {
+  return yargs(normalizeGoFlags(argv))
+    .scriptName('weftd')
+    .usage('weftd: flannel-compatible node network daemon\n\nUsage: weftd [flags]\nEvery flag can also be set as FLANNELD_<NAME> (e.g. FLANNELD_ETCD_ENDPOINTS).')
+    .env('FLANNELD')
+    .parserConfiguration({ 'camel-case-expansion': true, 'strip-dashed': false })
+    .option('etcd-endpoints', { type: 'string', array: true, requiresArg: true, default: DEFAULT_ETCD_ENDPOINTS, describe: 'comma-separated etcd endpoints' })
+    .option('etcd-prefix', { type: 'string', requiresArg: true, coerce: lastString, default: DEFAULT_ETCD_PREFIX, describe: 'etcd prefix' })
+    .option('etcd-keyfile', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'SSL key file used to secure etcd communication' })
+    .option('etcd-certfile', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'SSL certification file used to secure etcd communication' })
+    .option('etcd-cafile', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'SSL Certificate Authority file used to secure etcd communication' })
+    .option('etcd-username', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'username for BasicAuth to etcd' })
+    .option('etcd-password', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'password for BasicAuth to etcd' })
+    .option('iface', { type: 'string', array: true, requiresArg: true, default: [], describe: 'interface to use (IP or name) for inter-host communication; repeatable, first match wins' })
+    .option('iface-regex', { type: 'string', array: true, requiresArg: true, default: [], describe: 'regex of the IP or name of the interface to use; repeatable' })
+    .option('iface-can-reach', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'use the interface that can reach this IP' })
+    .option('subnet-file', { type: 'string', requiresArg: true, coerce: lastString, default: '/run/flannel/subnet.env', describe: 'filename where env variables (subnet, MTU, ...) will be written to' })
+    .option('public-ip', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'IP accessible by other nodes for inter-host communication' })
+    .option('public-ipv6', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'IPv6 accessible by other nodes for inter-host communication' })
+    .option('subnet-lease-renew-margin', { type: 'number', requiresArg: true, coerce: lastNumber, default: 60, describe: 'subnet lease renewal margin, in minutes, ranging from 1 to 1439' })
+    .option('ip-masq', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'setup IP masquerade rule for traffic destined outside of overlay network' })
+    .option('ip-masq-fully-random-disable', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'disable --random-fully in the MASQUERADE rule' })
+    .option('kube-subnet-mgr', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'contact the Kubernetes API for subnet assignment instead of etcd' })
+    .option('kube-api-url', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'Kubernetes API server URL (not needed in-cluster)' })
+    .option('kube-annotation-prefix', { type: 'string', requiresArg: true, coerce: lastString, default: 'flannel.alpha.coreos.com', describe: 'Kubernetes annotation prefix' })
+    .option('kubeconfig-file', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'kubeconfig file location (not needed in-cluster)' })
+    .option('healthz-ip', { type: 'string', requiresArg: true, coerce: lastString, default: '0.0.0.0', describe: 'the IP address for the healthz server to listen on' })
+    .option('healthz-port', { type: 'number', requiresArg: true, coerce: lastNumber, default: 0, describe: 'the port for the healthz and metrics server to listen on (0 disables it)' })
+    .option('iptables-resync', { type: 'number', requiresArg: true, coerce: lastNumber, default: 5, describe: 'resync period for iptables rules, in seconds' })
+    .option('iptables-forward-rules', { type: 'boolean', coerce: lastBoolean, default: true, describe: 'add default accept rules to the FORWARD chain' })
+    .option('ip-blackhole-route', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'add a blackhole route for the local pod subnet' })
+    .option('net-config-path', { type: 'string', requiresArg: true, coerce: lastString, default: '/etc/kube-flannel/net-conf.json', describe: 'path to the network configuration (Kubernetes mode)' })
+    .option('set-node-network-unavailable', { type: 'boolean', coerce: lastBoolean, default: true, describe: 'set NodeNetworkUnavailable to false once up (Kubernetes mode)' })
+    .option('log-format', { coerce: (v: LogFormat | LogFormat[]) => last(v), choices: ['text', 'json'] as const, default: 'text' as const, describe: 'log line format' })
+    .option('log-level', { coerce: (v: LogLevel | LogLevel[]) => last(v), choices: ['error', 'warn', 'info', 'debug'] as const, default: 'info' as const, describe: 'lowest level logged' })
+    .option('reconcile-interval', { type: 'number', requiresArg: true, coerce: lastNumber, default: 10, describe: 'seconds between backend drift repairs (0 disables)' })
+    .option('v', { type: 'number', requiresArg: true, coerce: lastNumber, default: 0, describe: 'flanneld verbosity; 4 or more logs at debug level' })
+    .version(false)
+    .option('version', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'print version and exit' })
+    .help('help')
+    .strict()
+    .exitProcess(false)
+    .fail((msg, err) => {
+      throw new FlagError(err?.message ?? msg);
+    })
+    .check((a) => {
+      const margin = a['subnet-lease-renew-margin'];
+      if (!Number.isInteger(margin) || margin < 1 || margin > 1439) {
+        throw new FlagError(`--subnet-lease-renew-margin ${margin}: must be an integer from 1 to 1439`);
+      }
+      const port = a['healthz-port'];
+      if (!Number.isInteger(port) || port < 0 || port > 65535) {
+        throw new FlagError(`--healthz-port ${port}: must be 0..65535`);
+      }
+      if (!(a['reconcile-interval'] >= 0)) throw new FlagError('--reconcile-interval: must be a non-negative number');
+      return true;
+    });
+}
+
+/** Parses argv (without node and script); throws FlagError with a one-line message. */
+export function parseFlags(argv: readonly string[]): WeftdFlags & { help: boolean; version: boolean } {
+  const a = buildParser(argv).parseSync();
+  return {
+    etcdEndpoints: splitList(a['etcd-endpoints']),
+    etcdPrefix: a['etcd-prefix'],
+    etcdKeyfile: a['etcd-keyfile'],
+    etcdCertfile: a['etcd-certfile'],
+    etcdCafile: a['etcd-cafile'],
+    etcdUsername: a['etcd-username'],
+    etcdPassword: a['etcd-password'],
+    iface: splitList(a.iface),
+    ifaceRegex: a['iface-regex'].map(String),
+    ifaceCanReach: a['iface-can-reach'],
+    subnetFile: a['subnet-file'],
+    publicIp: a['public-ip'],
+    publicIpv6: a['public-ipv6'],
+    subnetLeaseRenewMargin: a['subnet-lease-renew-margin'],
+    ipMasq: a['ip-masq'],
+    ipMasqFullyRandomDisable: a['ip-masq-fully-random-disable'],
+    kubeSubnetMgr: a['kube-subnet-mgr'],
+    kubeApiUrl: a['kube-api-url'],
+    kubeAnnotationPrefix: a['kube-annotation-prefix'],
+    kubeconfigFile: a['kubeconfig-file'],
+    healthzIp: a['healthz-ip'],
+    healthzPort: a['healthz-port'],
+    iptablesResync: a['iptables-resync'],
+    iptablesForwardRules: a['iptables-forward-rules'],
+    ipBlackholeRoute: a['ip-blackhole-route'],
+    netConfigPath: a['net-config-path'],
+    setNodeNetworkUnavailable: a['set-node-network-unavailable'],
+    logFormat: a['log-format'],
+    logLevel: a.v >= 4 ? 'debug' : a['log-level'],
+    reconcileInterval: a['reconcile-interval'],
+    v: a.v,
+    help: Boolean(a.help),
+    version: a.version,
+  };
+}

@@ -1,0 +1,90 @@
+// weft: the operator CLI. `weft leases` shows every lease in the store.
+import yargs from 'yargs';
+import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX } from '../subnet/etcd/registry.js';
+import { EtcdSubnetManager } from '../subnet/etcd/manager.js';
+import { createLogger } from '../util/log.js';
+import { VERSION } from '../version.js';
+import { normalizeGoFlags } from './flags.js';
+import { leaseRow, renderTable, sortRows } from './leases-table.js';
+
+async function leasesCommand(args: {
+  etcdEndpoints: string[];
+  etcdPrefix: string;
+  output: 'table' | 'json';
+  etcdCafile: string;
+  etcdCertfile: string;
+  etcdKeyfile: string;
+  etcdUsername: string;
+  etcdPassword: string;
+}): Promise<number> {
+  const manager = new EtcdSubnetManager({
+    endpoints: args.etcdEndpoints,
+    prefix: args.etcdPrefix,
+    caFile: args.etcdCafile || undefined,
+    certFile: args.etcdCertfile || undefined,
+    keyFile: args.etcdKeyfile || undefined,
+    username: args.etcdUsername || undefined,
+    password: args.etcdPassword || undefined,
+    knownBackends: [],
+    logger: createLogger({ level: 'error' }),
+  });
+  try {
+    const rows = sortRows((await manager.listLeases()).map(leaseRow));
+    process.stdout.write(args.output === 'json' ? `${JSON.stringify(rows, null, 2)}\n` : renderTable(rows));
+    return 0;
+  } catch (e) {
+    process.stderr.write(`weft leases: ${(e as Error).message}\n`);
+    return 1;
+  } finally {
+    await manager.close();
+  }
+}
+
+async function main(argv: string[]): Promise<number> {
+  let code = 0;
+  try {
+    await yargs(normalizeGoFlags(argv))
+      .scriptName('weft')
+      .usage('weft: operator commands for weft and flannel clusters')
+      .env('FLANNELD')
+      .option('etcd-endpoints', { type: 'string', array: true, default: DEFAULT_ETCD_ENDPOINTS, describe: 'comma-separated etcd endpoints' })
+      .option('etcd-prefix', { type: 'string', default: DEFAULT_ETCD_PREFIX, describe: 'etcd prefix' })
+      .option('etcd-cafile', { type: 'string', default: '' })
+      .option('etcd-certfile', { type: 'string', default: '' })
+      .option('etcd-keyfile', { type: 'string', default: '' })
+      .option('etcd-username', { type: 'string', default: '' })
+      .option('etcd-password', { type: 'string', default: '' })
+      .command(
+        'leases',
+        'list the subnet leases in the store',
+        (y) => y.option('output', { alias: 'o', choices: ['table', 'json'] as const, default: 'table' as const }),
+        async (a) => {
+          code = await leasesCommand({
+            etcdEndpoints: a['etcd-endpoints'].flatMap((e) => String(e).split(',')).filter(Boolean),
+            etcdPrefix: a['etcd-prefix'],
+            output: a.output,
+            etcdCafile: a['etcd-cafile'],
+            etcdCertfile: a['etcd-certfile'],
+            etcdKeyfile: a['etcd-keyfile'],
+            etcdUsername: a['etcd-username'],
+            etcdPassword: a['etcd-password'],
+          });
+        },
+      )
+      .demandCommand(1, 'name a command (see --help)')
+      .strict()
+      .version(VERSION)
+      .help()
+      .fail((msg, err) => {
+        throw err ?? new Error(msg);
+      })
+      .parseAsync();
+  } catch (e) {
+    process.stderr.write(`weft: ${(e as Error).message}\n`);
+    return 2;
+  }
+  return code;
+}
+
+process.exitCode = await main(process.argv.slice(2));
+setImmediate(() => process.exit());

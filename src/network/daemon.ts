@@ -1,0 +1,253 @@
+// The daemon loop: interface → network config → backend → lease → subnet.env → peer events.
+// Shutdown leaves the lease, subnet.env and every dataplane object in place.
+import { access, constants, mkdir } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import type { Backend, BackendRegistry } from '../backend/backend.js';
+import { ConfigError, type NetworkConfig } from '../subnet/config.js';
+import type { Lease } from '../subnet/lease.js';
+import { leaseId } from '../subnet/lease.js';
+import { ConfigNotFoundError, StoreUnavailableError, type AcquireHow, type SubnetManager } from '../subnet/manager.js';
+import { LeaseWatcher } from '../subnet/watcher.js';
+import { AbortedError, Backoff, delay } from '../util/backoff.js';
+import { rateLimited, type Logger } from '../util/log.js';
+import { EventBatcher } from './batcher.js';
+import { selectExternalInterface, type ExternalInterface, type IfaceOptions, type SystemView } from './iface.js';
+import type { DaemonMetrics } from './metrics.js';
+import { writeSubnetEnv } from './subnetenv.js';
+
+export interface DaemonOptions {
+  /** Interface flags; the address families come from the network config. */
+  readonly iface: Omit<IfaceOptions, 'enableIPv4' | 'enableIPv6'>;
+  readonly subnetFile: string;
+  readonly ipMasq: boolean;
+  /** Seconds between backend drift repairs; 0 disables. */
+  readonly reconcileInterval: number;
+}
+
+export interface DaemonDeps {
+  readonly manager: SubnetManager;
+  readonly backends: BackendRegistry;
+  readonly logger: Logger;
+  readonly metrics: DaemonMetrics;
+  readonly systemView?: SystemView;
+}
+
+/** The daemon cannot go on; the message says why in one line. */
+export class FatalError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'FatalError';
+  }
+}
+
+export class Daemon {
+  private readyFlag = false;
+  private lease: Lease | null = null;
+
+  constructor(
+    private readonly opts: DaemonOptions,
+    private readonly deps: DaemonDeps,
+  ) {}
+
+  get ready(): boolean {
+    return this.readyFlag;
+  }
+
+  get currentLease(): Lease | null {
+    return this.lease;
+  }
+
+  /** Runs until `signal` aborts (resolves) or something fatal happens (rejects with FatalError). */
+  async run(signal: AbortSignal): Promise<void> {
+    const { logger: log, metrics, manager } = this.deps;
+    await this.checkSubnetFileWritable();
+    const config = await this.fetchConfig(signal);
+    const extIface = await this.selectInterface(config);
+    log.info('using interface', {
+      iface: extIface.name,
+      ifaceAddr: String(extIface.ifaceAddr),
+      publicIP: String(extIface.extAddr),
+      publicIPv6: String(extIface.extV6Addr),
+    });
+
+    let backend: Backend;
+    try {
+      backend = this.deps.backends.create(config.backend, { config, extIface, logger: log.child({ backend: config.backend.type }) });
+    } catch (e) {
+      throw new FatalError((e as Error).message);
+    }
+    const { attrs, mtu } = await backend.prepare();
+
+    const acquired = await this.retryStore('acquire', signal, () => manager.acquireLease(attrs, signal));
+    this.lease = acquired.lease;
+    metrics.leaseAcquisitions.inc({ how: acquired.how });
+    this.setExpiry(acquired.lease);
+    log.info('acquired lease', {
+      subnet: String(acquired.lease.subnet),
+      ipv6Subnet: String(acquired.lease.ipv6Subnet),
+      how: acquired.how,
+      lostRaces: acquired.retries,
+    });
+    await backend.start(acquired.lease);
+    await this.writeSubnetFile(config, acquired.lease, mtu);
+    this.readyFlag = true;
+    metrics.ready.set(1);
+
+    const onLease = (lease: Lease, how: AcquireHow) => {
+      this.setExpiry(lease);
+      if (how === 'renew') return;
+      metrics.leaseAcquisitions.inc({ how });
+      const old = this.lease;
+      this.lease = lease;
+      if (old && leaseId(old) === leaseId(lease)) {
+        log.info('lease acquired again with the same subnet', { subnet: String(lease.subnet) });
+        return;
+      }
+      // Pods already running keep addresses from the old subnet: say it loudly.
+      log.error('lease acquired again with a DIFFERENT subnet; pods on this node need to be restarted', {
+        old: old ? leaseId(old) : null,
+        new: leaseId(lease),
+      });
+      void backend
+        .start(lease)
+        .then(() => this.writeSubnetFile(config, lease, mtu))
+        .catch((e: Error) => log.error('applying the new lease failed', { error: e.message }));
+    };
+
+    const watcher = new LeaseWatcher(() => this.lease);
+    const batcher = new EventBatcher();
+    try {
+      await Promise.all([
+        manager.keepLease(acquired.lease, onLease, signal),
+        this.receiveEvents(watcher, batcher, signal),
+        this.applyBatches(backend, watcher, batcher, signal),
+        this.reconcileLoop(backend, watcher, signal),
+      ]);
+    } finally {
+      await backend.close();
+    }
+    log.info('stopped; lease, subnet file and dataplane left in place');
+  }
+
+  private async receiveEvents(watcher: LeaseWatcher, batcher: EventBatcher, signal: AbortSignal): Promise<void> {
+    for await (const result of this.deps.manager.watchLeases(signal)) {
+      const events = watcher.apply(result);
+      for (const ev of events) this.deps.metrics.eventsReceived.inc({ type: ev.type });
+      this.deps.metrics.peers.set(watcher.peers.length);
+      batcher.push(events);
+    }
+  }
+
+  private async applyBatches(backend: Backend, watcher: LeaseWatcher, batcher: EventBatcher, signal: AbortSignal) {
+    const { metrics, logger: log } = this.deps;
+    while (true) {
+      const batch = await batcher.next(signal);
+      if (!batch) return;
+      const end = metrics.programmingDuration.startTimer();
+      try {
+        await backend.apply(batch, watcher.peers);
+        for (const ev of batch) metrics.eventsApplied.inc({ type: ev.type });
+        metrics.batchesApplied.inc();
+        log.debug('applied lease events', { events: batch.length, peers: watcher.peers.length });
+      } catch (e) {
+        // The periodic reconcile converges on the full set; nothing is lost by going on.
+        log.error('backend failed to apply a batch; the next reconcile retries', { error: (e as Error).message });
+      } finally {
+        end();
+      }
+    }
+  }
+
+  private async reconcileLoop(backend: Backend, watcher: LeaseWatcher, signal: AbortSignal): Promise<void> {
+    if (this.opts.reconcileInterval <= 0) return;
+    const { metrics, logger: log } = this.deps;
+    while (!signal.aborted) {
+      try {
+        await delay(this.opts.reconcileInterval * 1000, signal);
+      } catch {
+        return;
+      }
+      const end = metrics.reconcileDuration.startTimer();
+      try {
+        await backend.reconcile(watcher.peers);
+      } catch (e) {
+        log.error('reconcile failed', { error: (e as Error).message });
+      } finally {
+        end();
+      }
+    }
+  }
+
+  /** Fails before any lease is taken when the subnet file cannot be written. */
+  private async checkSubnetFileWritable(): Promise<void> {
+    const dir = dirname(this.opts.subnetFile);
+    try {
+      await mkdir(dir, { recursive: true, mode: 0o755 });
+      await access(dir, constants.W_OK);
+    } catch (e) {
+      throw new FatalError(`cannot write subnet file ${this.opts.subnetFile}: ${(e as Error).message}`);
+    }
+  }
+
+  private async selectInterface(config: NetworkConfig): Promise<ExternalInterface> {
+    const opts = { ...this.opts.iface, enableIPv4: config.enableIPv4, enableIPv6: config.enableIPv6 };
+    try {
+      return await selectExternalInterface(opts, this.deps.systemView);
+    } catch (e) {
+      throw new FatalError(`choosing the external interface: ${(e as Error).message}`);
+    }
+  }
+
+  /** Waits for the network config; an invalid one is fatal (nothing good comes of guessing). */
+  private async fetchConfig(signal: AbortSignal): Promise<NetworkConfig> {
+    const say = rateLimited(this.deps.logger, 30_000);
+    while (true) {
+      try {
+        const cfg = await this.deps.manager.getNetworkConfig(signal);
+        for (const w of cfg.warnings) this.deps.logger.warn(`network config: ${w}`);
+        return cfg;
+      } catch (e) {
+        if (e instanceof ConfigError) throw new FatalError(`invalid network config: ${e.message}`);
+        if (!(e instanceof ConfigNotFoundError)) this.deps.metrics.storeErrors.inc({ op: 'config' });
+        say('config', 'warn', 'waiting for the network config', { error: (e as Error).message });
+        await delay(1000, signal);
+      }
+    }
+  }
+
+  /** Retries what fails for store reasons; other errors are fatal. */
+  private async retryStore<T>(op: 'acquire', signal: AbortSignal, fn: () => Promise<T>): Promise<T> {
+    const backoff = new Backoff(1000, 30_000);
+    const say = rateLimited(this.deps.logger, 30_000);
+    while (true) {
+      try {
+        return await fn();
+      } catch (e) {
+        if (e instanceof AbortedError || signal.aborted) throw new AbortedError();
+        if (!(e instanceof StoreUnavailableError)) throw new FatalError(`acquiring a lease: ${(e as Error).message}`);
+        this.deps.metrics.storeErrors.inc({ op });
+        say(op, 'warn', 'lease store unavailable; retrying', { error: (e as Error).message });
+        await backoff.wait(signal);
+      }
+    }
+  }
+
+  private async writeSubnetFile(config: NetworkConfig, lease: Lease, mtu: number): Promise<void> {
+    try {
+      await writeSubnetEnv(this.opts.subnetFile, {
+        network: config.enableIPv4 ? config.network : null,
+        subnet: config.enableIPv4 ? lease.subnet : null,
+        ipv6Network: config.enableIPv6 ? config.ipv6Network : null,
+        ipv6Subnet: config.enableIPv6 ? lease.ipv6Subnet : null,
+        mtu,
+        ipMasq: this.opts.ipMasq,
+      });
+    } catch (e) {
+      throw new FatalError((e as Error).message);
+    }
+  }
+
+  private setExpiry(lease: Lease): void {
+    this.deps.metrics.leaseExpiry.set(lease.expiration ? lease.expiration.getTime() / 1000 : 0);
+  }
+}

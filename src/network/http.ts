@@ -1,0 +1,151 @@
+// Health and metrics HTTP server. /healthz and /readyz follow flannel's mustRunHealthz (flannel.md §4);
+// /metrics is weft's addition.
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from '../util/log.js';
+import type { DaemonMetrics } from './metrics.js';
+
+export interface HealthServerOptions {
+  host: string;
+  port: number;
+  isReady: () => boolean;
+  metrics: DaemonMetrics;
+  logger: Logger;
+  /** How long stop() lets in-flight requests finish before cutting connections. Flannel uses 3 s. */
+  shutdownTimeoutMs?: number;
+}
+
+export class HealthServerError extends Error {
+  constructor(
+    message: string,
+    readonly host: string,
+    readonly port: number,
+    readonly code: string | undefined,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+    this.name = 'HealthServerError';
+  }
+}
+
+/** `host:port`, with IPv6 hosts bracketed. */
+function joinHostPort(host: string, port: number): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+const TEXT = 'text/plain; charset=utf-8';
+
+export class HealthServer {
+  private server: http.Server | undefined;
+  private stopping: Promise<void> | undefined;
+  private readonly shutdownTimeoutMs: number;
+
+  constructor(private readonly opts: HealthServerOptions) {
+    this.shutdownTimeoutMs = opts.shutdownTimeoutMs ?? 3000;
+  }
+
+  /** Listens; port 0 picks an ephemeral port. Resolves with the address actually bound. */
+  async start(): Promise<{ host: string; port: number }> {
+    if (this.server !== undefined) {
+      throw new HealthServerError(
+        `health server on ${joinHostPort(this.opts.host, this.opts.port)} already started`,
+        this.opts.host,
+        this.opts.port,
+        undefined,
+      );
+    }
+    const server = http.createServer((req, res) => {
+      this.handle(req, res).catch((err: unknown) => {
+        this.opts.logger.error('health server request failed', { url: req.url, err });
+        if (!res.headersSent) send(res, req.method === 'HEAD', 500, TEXT, 'internal error');
+        else res.destroy();
+      });
+    });
+    const { host, port } = this.opts;
+    this.server = server; // claimed before awaiting, so a concurrent start() is refused
+    this.stopping = undefined;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(port, host, () => {
+          server.off('error', reject);
+          resolve();
+        });
+      });
+    } catch (err) {
+      this.server = undefined;
+      const code = (err as NodeJS.ErrnoException).code;
+      throw new HealthServerError(
+        `cannot listen on ${joinHostPort(host, port)}: ${code ?? (err as Error).message}`,
+        host,
+        port,
+        code,
+        { cause: err },
+      );
+    }
+    // After listening, a server error is not fatal to the daemon; log it rather than crash on 'error'.
+    server.on('error', (err) => this.opts.logger.error('health server error', { err }));
+    const addr = server.address() as AddressInfo;
+    this.opts.logger.info('health server listening', { address: joinHostPort(addr.address, addr.port) });
+    return { host: addr.address, port: addr.port };
+  }
+
+  /** Stops listening and resolves once closed; connections still open after the timeout are destroyed. */
+  stop(): Promise<void> {
+    const server = this.server;
+    if (server === undefined) return Promise.resolve();
+    this.stopping ??= new Promise<void>((resolve) => {
+      const timer = setTimeout(() => server.closeAllConnections(), this.shutdownTimeoutMs);
+      server.close(() => {
+        clearTimeout(timer);
+        this.server = undefined;
+        resolve();
+      });
+      // Idle keep-alive sockets would otherwise hold close() open until they time out.
+      server.closeIdleConnections();
+    });
+    return this.stopping;
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
+    const head = req.method === 'HEAD';
+    const route = ROUTES.has(path);
+    this.opts.logger.debug('health server request', { method: req.method, path });
+    if (!route) {
+      send(res, head, 404, TEXT, '404 page not found\n');
+      return;
+    }
+    if (req.method !== 'GET' && !head) {
+      res.setHeader('Allow', 'GET, HEAD');
+      send(res, false, 405, TEXT, 'method not allowed\n');
+      return;
+    }
+    switch (path) {
+      case '/healthz':
+        send(res, head, 200, TEXT, 'weftd is running');
+        return;
+      case '/readyz':
+        if (this.opts.isReady()) send(res, head, 200, TEXT, 'weftd is ready');
+        else send(res, head, 503, TEXT, 'weftd is not ready yet');
+        return;
+      case '/metrics': {
+        const body = await this.opts.metrics.text();
+        send(res, head, 200, this.opts.metrics.contentType, body);
+        return;
+      }
+    }
+  }
+}
+
+const ROUTES = new Set(['/healthz', '/readyz', '/metrics']);
+
+function send(res: http.ServerResponse, head: boolean, status: number, contentType: string, body: string): void {
+  const buf = Buffer.from(body, 'utf8');
+  res.writeHead(status, {
+    'Content-Type': contentType,
+    'Content-Length': buf.length,
+    'Cache-Control': 'no-store',
+  });
+  res.end(head ? undefined : buf);
+}

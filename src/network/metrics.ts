@@ -1,0 +1,112 @@
+// Prometheus metrics of one daemon. Flannel exports none; these are weft's own (names prefixed `weft_`).
+// Each instance owns a private Registry so several daemons (or tests) can live in one process.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export type LeaseEventType = 'added' | 'removed';
+export type StoreOp = 'acquire' | 'renew' | 'watch' | 'config';
+export type AcquireHow = 'reuse' | 'previous' | 'new' | 'reacquire';
+
+export interface DaemonMetricsOptions {
+  /** Register the default process/Node.js metrics (`weft_process_*`, `weft_nodejs_*`). Default true. */
+  processMetrics?: boolean;
+}
+
+// Kernel programming of one batch is normally milliseconds; a full reconcile of a large cluster may take seconds.
+const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+export class DaemonMetrics {
+  readonly registry: Registry;
+  /** Unix seconds at which our lease expires; 0 for a reservation (no expiry). */
+  readonly leaseExpiry: Gauge;
+  readonly eventsReceived: Counter<'type'>;
+  readonly eventsApplied: Counter<'type'>;
+  readonly batchesApplied: Counter;
+  readonly storeErrors: Counter<'op'>;
+  readonly leaseAcquisitions: Counter<'how'>;
+  /** Seconds spent programming the backend for one batch of lease events. */
+  readonly programmingDuration: Histogram;
+  /** Seconds spent by one full periodic reconcile of the backend. */
+  readonly reconcileDuration: Histogram;
+  /** Number of peer leases currently known. */
+  readonly peers: Gauge;
+  /** 1 once the daemon is ready (same condition as /readyz), else 0. */
+  readonly ready: Gauge;
+
+  constructor(opts: DaemonMetricsOptions = {}) {
+    const registry = new Registry();
+    const registers = [registry];
+    this.registry = registry;
+
+    this.leaseExpiry = new Gauge({
+      name: 'weft_lease_expiration_timestamp_seconds',
+      help: 'Unix time at which this node\'s subnet lease expires (0 = reservation without expiry).',
+      registers,
+    });
+    this.eventsReceived = new Counter({
+      name: 'weft_lease_events_received_total',
+      help: 'Lease events received from the subnet store.',
+      labelNames: ['type'],
+      registers,
+    });
+    this.eventsApplied = new Counter({
+      name: 'weft_lease_events_applied_total',
+      help: 'Lease events applied to the backend.',
+      labelNames: ['type'],
+      registers,
+    });
+    this.batchesApplied = new Counter({
+      name: 'weft_lease_batches_applied_total',
+      help: 'Batches of lease events applied to the backend.',
+      registers,
+    });
+    this.storeErrors = new Counter({
+      name: 'weft_store_errors_total',
+      help: 'Errors talking to the subnet store, by operation.',
+      labelNames: ['op'],
+      registers,
+    });
+    this.leaseAcquisitions = new Counter({
+      name: 'weft_lease_acquisitions_total',
+      help: 'Subnet leases acquired, by how the subnet was chosen.',
+      labelNames: ['how'],
+      registers,
+    });
+    this.programmingDuration = new Histogram({
+      name: 'weft_backend_programming_duration_seconds',
+      help: 'Time to program the backend for one batch of lease events.',
+      buckets: DURATION_BUCKETS,
+      registers,
+    });
+    this.reconcileDuration = new Histogram({
+      name: 'weft_backend_reconcile_duration_seconds',
+      help: 'Time of one full backend reconcile.',
+      buckets: DURATION_BUCKETS,
+      registers,
+    });
+    this.peers = new Gauge({ name: 'weft_peers', help: 'Number of peer leases known.', registers });
+    this.ready = new Gauge({ name: 'weft_ready', help: '1 when the daemon is ready, else 0.', registers });
+
+    // Export every label value from the start, so rate() and alerts see 0 rather than a missing series.
+    for (const type of ['added', 'removed'] satisfies LeaseEventType[]) {
+      this.eventsReceived.inc({ type }, 0);
+      this.eventsApplied.inc({ type }, 0);
+    }
+    for (const op of ['acquire', 'renew', 'watch', 'config'] satisfies StoreOp[]) this.storeErrors.inc({ op }, 0);
+    for (const how of ['reuse', 'previous', 'new', 'reacquire'] satisfies AcquireHow[]) {
+      this.leaseAcquisitions.inc({ how }, 0);
+    }
+    this.ready.set(0);
+
+    if (opts.processMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'weft_' });
+  }
+
+  /** Prometheus exposition text of all metrics. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  /** Content type matching `text()`. */
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}

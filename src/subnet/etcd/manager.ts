@@ -1,0 +1,330 @@
+// flannel's etcd subnet manager with its defects fixed: every write is a transaction, a lost race
+// retries, reservations stay reservations, a lost lease is acquired again instead of exiting,
+// and a value that does not parse is skipped rather than read as "all peers gone".
+import type { Watcher } from 'etcd3';
+import type { Logger } from '../../util/log.js';
+import { AbortedError, Backoff, delay } from '../../util/backoff.js';
+import { AsyncQueue } from '../../util/queue.js';
+import type { IPNet } from '../../util/ip.js';
+import { allocateSubnet, cryptoRandomBelow, inRange, type AllocationRange, type RandomBelow } from '../allocator.js';
+import { ConfigError, parseNetworkConfig, subnetRange, type NetworkConfig } from '../config.js';
+import { leaseId, type Lease, type LeaseAttrs } from '../lease.js';
+import {
+  ConfigNotFoundError,
+  LeaseLostError,
+  OutOfSubnetsError,
+  StoreUnavailableError,
+  type AcquireHow,
+  type AcquiredLease,
+  type PreviousLease,
+  type SubnetManager,
+} from '../manager.js';
+import type { WatchResult } from '../watcher.js';
+import { cancelWatcher, EtcdRegistry, type EtcdConnectOptions, type StoredLease } from './registry.js';
+
+export const DEFAULT_LEASE_TTL_SECONDS = 24 * 3600;
+
+export interface EtcdManagerOptions extends EtcdConnectOptions {
+  readonly knownBackends: readonly string[];
+  readonly logger: Logger;
+  /** The subnets named in the previous subnet.env, tried before a random one. */
+  readonly previous?: PreviousLease;
+  readonly leaseTTLSeconds?: number;
+  /** Renew this long before expiry (flannel --subnet-lease-renew-margin, in minutes there). */
+  readonly renewMarginSeconds?: number;
+  /** Lost create races to retry before giving up. */
+  readonly maxRaceRetries?: number;
+  readonly random?: RandomBelow;
+  /** Called for every failed store request (metrics). */
+  readonly onStoreError?: (op: string) => void;
+}
+
+export class EtcdSubnetManager implements SubnetManager {
+  readonly name = 'etcd';
+  readonly registry: EtcdRegistry;
+  private config: NetworkConfig | null = null;
+  private preferred: PreviousLease | null;
+  /** The stored form of leases we hold, by lease id. */
+  private readonly own = new Map<string, StoredLease>();
+  private readonly ttl: number;
+  private readonly margin: number;
+
+  constructor(private readonly opts: EtcdManagerOptions) {
+    this.registry = new EtcdRegistry(opts, opts.logger);
+    this.preferred = opts.previous ?? null;
+    this.ttl = opts.leaseTTLSeconds ?? DEFAULT_LEASE_TTL_SECONDS;
+    this.margin = opts.renewMarginSeconds ?? 3600;
+    if (this.margin >= this.ttl) throw new RangeError(`renew margin ${this.margin}s must be below the lease TTL ${this.ttl}s`);
+  }
+
+  async getNetworkConfig(): Promise<NetworkConfig> {
+    const text = await this.registry.getConfig();
+    if (text === null) {
+      throw new ConfigNotFoundError(
+        `network config not found in etcd at ${this.registry.configKey} (was it written with the etcd v3 API?)`,
+      );
+    }
+    const cfg = parseNetworkConfig(text, { knownBackends: this.opts.knownBackends });
+    if (!cfg.enableIPv4 || !cfg.network) {
+      throw new ConfigError(null, 'EnableIPv4: the etcd lease store needs IPv4 (flannel keys always carry an IPv4 subnet)');
+    }
+    this.config = cfg;
+    return cfg;
+  }
+
+  async acquireLease(attrs: LeaseAttrs, signal?: AbortSignal): Promise<AcquiredLease> {
+    const cfg = this.config ?? (await this.getNetworkConfig());
+    const range4 = subnetRange(cfg, 4)!;
+    const range6 = cfg.enableIPv6 ? subnetRange(cfg, 6) : null;
+    const maxRetries = this.opts.maxRaceRetries ?? 20;
+    let spare: string | null = null; // an etcd lease granted for a create that lost its race
+    try {
+      for (let retries = 0; ; retries++) {
+        if (signal?.aborted) throw new AbortedError();
+        if (retries > maxRetries) throw new Error(`gave up acquiring a lease after ${maxRetries} lost races`);
+        const { leases } = await this.registry.list();
+        const mine = leases.find((s) => s.lease.attrs.publicIP.equals(attrs.publicIP) && !attrs.publicIP.isUnspecified());
+        if (mine && this.compatible(mine.lease, range4, range6)) {
+          const reused = await this.registry.reuse(mine, attrs);
+          if (reused) return this.hold(reused, 'reuse', retries);
+          continue;
+        }
+        if (mine?.lease.reservation) {
+          this.opts.logger.warn('reservation for our public IP does not fit the network config; leaving it alone', {
+            key: mine.key,
+          });
+        }
+        // An incompatible lease of ours is replaced in the same transaction; a reservation is never touched.
+        const replaces = mine && !mine.lease.reservation ? mine : undefined;
+        const others = leases.filter((s) => s !== replaces);
+        const wanted4 = [mine?.lease.subnet ?? null, this.preferred?.subnet ?? null];
+        const subnet = pickSubnet(range4, others.map((s) => s.lease.subnet), wanted4, this.random);
+        if (!subnet) throw new OutOfSubnetsError(4);
+        let ipv6Subnet: IPNet | null = null;
+        if (range6) {
+          const wanted6 = [mine?.lease.ipv6Subnet ?? null, this.preferred?.ipv6Subnet ?? null];
+          ipv6Subnet = pickSubnet(range6, others.map((s) => s.lease.ipv6Subnet), wanted6, this.random);
+          if (!ipv6Subnet) throw new OutOfSubnetsError(6);
+        }
+        spare ??= await this.registry.grant(this.ttl);
+        const created = await this.registry.create(subnet, ipv6Subnet, attrs, spare, this.ttl, replaces);
+        if (created) {
+          spare = null;
+          const how: AcquireHow = mine?.lease.subnet?.equals(subnet)
+            ? 'reuse'
+            : this.preferred?.subnet?.equals(subnet)
+              ? 'previous'
+              : 'new';
+          return this.hold(created, how, retries);
+        }
+      }
+    } finally {
+      if (spare) await this.registry.revoke(spare).catch(() => undefined);
+    }
+  }
+
+  async renewLease(lease: Lease): Promise<Lease> {
+    const stored = this.own.get(leaseId(lease));
+    if (!stored) throw new LeaseLostError(leaseId(lease));
+    if (stored.etcdLease === '0') return stored.lease; // reservations do not expire
+    const ttl = await this.registry.keepAlive(stored.etcdLease);
+    if (ttl <= 0) {
+      this.own.delete(leaseId(lease));
+      throw new LeaseLostError(stored.key);
+    }
+    const renewed: StoredLease = { ...stored, lease: { ...stored.lease, expiration: new Date(Date.now() + ttl * 1000) } };
+    this.own.set(leaseId(lease), renewed);
+    return renewed.lease;
+  }
+
+  async keepLease(
+    lease: Lease,
+    onChange: (lease: Lease, how: AcquireHow) => void,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const log = this.opts.logger;
+    let current = lease;
+    const retry = new Backoff(1000, 60_000);
+    while (!signal.aborted) {
+      const stored = this.own.get(leaseId(current));
+      const lost = new AbortController();
+      const keyWatch = stored ? await this.watchOwnKey(stored, lost, signal) : null;
+      if (!stored) lost.abort();
+      try {
+        while (!signal.aborted && !lost.signal.aborted) {
+          const exp = current.expiration;
+          const waitMs = exp ? Math.max(0, exp.getTime() - this.margin * 1000 - Date.now()) : 2 ** 31 - 1;
+          await delay(Math.min(waitMs, 2 ** 31 - 1), AbortSignal.any([signal, lost.signal])).catch(() => undefined);
+          if (signal.aborted || lost.signal.aborted) break;
+          try {
+            current = await this.renewLease(current);
+            retry.reset();
+            onChange(current, 'renew');
+          } catch (e) {
+            if (e instanceof LeaseLostError) break;
+            this.opts.onStoreError?.('renew');
+            log.warn('renewing the lease failed; retrying', { error: (e as Error).message });
+            await retry.wait(AbortSignal.any([signal, lost.signal])).catch(() => undefined);
+          }
+        }
+      } finally {
+        if (keyWatch) await cancelWatcher(keyWatch);
+      }
+      if (signal.aborted) return;
+      // The lease is gone (expired during an outage, deleted by an operator): take it again,
+      // keeping the same subnet when nobody else has it.
+      log.warn('our lease is no longer in etcd; acquiring it again', { subnet: String(current.subnet) });
+      this.own.delete(leaseId(current));
+      this.preferred = { subnet: current.subnet, ipv6Subnet: current.ipv6Subnet };
+      while (!signal.aborted) {
+        try {
+          const got = await this.acquireLease(current.attrs, signal);
+          current = got.lease;
+          retry.reset();
+          onChange(current, 'reacquire');
+          break;
+        } catch (e) {
+          if (e instanceof AbortedError) return;
+          this.opts.onStoreError?.('acquire');
+          log.warn('re-acquiring the lease failed; retrying', { error: (e as Error).message });
+          await retry.wait(signal).catch(() => undefined);
+        }
+      }
+    }
+  }
+
+  watchLeases(signal: AbortSignal): AsyncIterable<WatchResult> {
+    const queue = new AsyncQueue<WatchResult>();
+    const log = this.opts.logger;
+    let watcher: Watcher | null = null;
+    const backoff = new Backoff(100, 5000);
+    let restarting = false;
+
+    const stopWatcher = async () => {
+      const w = watcher;
+      watcher = null;
+      if (w) await cancelWatcher(w);
+    };
+
+    // List, report the snapshot, and watch from the listing's revision; on failure retry with backoff.
+    const start = async (): Promise<void> => {
+      if (restarting) return;
+      restarting = true;
+      try {
+        while (!signal.aborted) {
+          try {
+            await stopWatcher();
+            const listing = await this.registry.list();
+            const w = await this.registry.watchSubnets((BigInt(listing.revision) + 1n).toString());
+            if (signal.aborted) {
+              await cancelWatcher(w);
+              return;
+            }
+            watcher = w;
+            queue.push({ kind: 'snapshot', leases: listing.leases.map((s) => s.lease) });
+            w.on('data', (res) => {
+              const events = this.registry.parseEvents(res.events);
+              if (events.length > 0) queue.push({ kind: 'events', events });
+            });
+            w.on('disconnected', (err) => log.debug('etcd watch disconnected', { error: err.message }));
+            w.on('connected', () => log.debug('etcd watch connected'));
+            // The watch was cancelled by the server (typically: our revision was compacted while we
+            // were away). List again: the next snapshot yields exactly what changed.
+            w.on('error', (err) => {
+              // etcd3 has dropped this watcher already; cancelling it again would wait forever.
+              if (watcher === w) watcher = null;
+              void cancelWatcher(w);
+              this.opts.onStoreError?.('watch');
+              log.warn('etcd watch cancelled; listing again', { error: err.message });
+              void start();
+            });
+            backoff.reset();
+            return;
+          } catch (e) {
+            this.opts.onStoreError?.('watch');
+            log.warn('cannot watch leases in etcd; retrying', { error: (e as Error).message });
+            await backoff.wait(signal).catch(() => undefined);
+          }
+        }
+      } finally {
+        restarting = false;
+      }
+    };
+
+    signal.addEventListener(
+      'abort',
+      () => {
+        void stopWatcher().finally(() => queue.close());
+      },
+      { once: true },
+    );
+    void start();
+    return queue;
+  }
+
+  /** Every lease in the store with its remaining TTL (for `weft leases`). */
+  async listLeases(): Promise<Lease[]> {
+    const { leases } = await this.registry.list();
+    return Promise.all(
+      leases.map(async (s) => {
+        if (s.etcdLease === '0') return s.lease;
+        const ttl = await this.registry.timeToLive(s.etcdLease);
+        return { ...s.lease, expiration: ttl > 0 ? new Date(Date.now() + ttl * 1000) : null };
+      }),
+    );
+  }
+
+  async close(): Promise<void> {
+    await this.registry.close();
+  }
+
+  private get random(): RandomBelow {
+    return this.opts.random ?? cryptoRandomBelow;
+  }
+
+  private hold(stored: StoredLease, how: AcquireHow, retries: number): AcquiredLease {
+    this.own.set(leaseId(stored.lease), stored);
+    this.preferred = { subnet: stored.lease.subnet, ipv6Subnet: stored.lease.ipv6Subnet };
+    return { lease: stored.lease, how, retries };
+  }
+
+  private compatible(lease: Lease, range4: AllocationRange, range6: AllocationRange | null): boolean {
+    if (!lease.subnet || !inRange(range4, lease.subnet)) return false;
+    if (range6) return lease.ipv6Subnet !== null && inRange(range6, lease.ipv6Subnet);
+    return lease.ipv6Subnet === null;
+  }
+
+  /** Aborts `lost` when our key is deleted or rebound to another etcd lease. */
+  private async watchOwnKey(stored: StoredLease, lost: AbortController, signal: AbortSignal): Promise<Watcher | null> {
+    const backoff = new Backoff(100, 5000);
+    while (!signal.aborted) {
+      try {
+        const w = await this.registry.watchKey(stored.key, (BigInt(stored.revision) + 1n).toString());
+        w.on('delete', () => lost.abort());
+        w.on('put', (kv) => {
+          if (kv.lease !== stored.etcdLease) lost.abort();
+        });
+        w.on('error', () => lost.abort()); // compacted: re-check by re-acquiring (reuses our key if still there)
+        return w;
+      } catch (e) {
+        if (!(e instanceof StoreUnavailableError)) throw e;
+        await backoff.wait(signal).catch(() => undefined);
+      }
+    }
+    return null;
+  }
+}
+
+/** The first wanted subnet that is a free candidate, else a random free one. */
+function pickSubnet(
+  range: AllocationRange,
+  taken: ReadonlyArray<IPNet | null>,
+  wanted: ReadonlyArray<IPNet | null>,
+  random: RandomBelow,
+): IPNet | null {
+  const busy = taken.filter((t): t is IPNet => t !== null);
+  for (const w of wanted) {
+    if (w && inRange(range, w) && !busy.some((t) => t.overlaps(w))) return w;
+  }
+  return allocateSubnet(range, busy, random);
+}

@@ -1,0 +1,296 @@
+// The etcd side of the lease store: flannel's keys and values under <prefix>, every write a
+// transaction (create-if-absent, compare-and-swap on modRevision), never a blind put.
+import { readFileSync } from 'node:fs';
+import { ExponentialBackoff, type IBackoff } from 'cockatiel';
+import { Etcd3, type IOptions, type IKeyValue, type Watcher } from 'etcd3';
+import type { Logger } from '../../util/log.js';
+import type { IPNet } from '../../util/ip.js';
+import { decodeLeaseAttrs, encodeLeaseAttrs, makeSubnetKey, parseSubnetKey } from '../codec.js';
+import type { Lease, LeaseAttrs } from '../lease.js';
+import { StoreUnavailableError } from '../manager.js';
+import type { RawLeaseEvent } from '../watcher.js';
+
+export const DEFAULT_ETCD_PREFIX = '/coreos.com/network';
+export const DEFAULT_ETCD_ENDPOINTS = ['http://127.0.0.1:4001', 'http://127.0.0.1:2379'];
+
+export interface EtcdConnectOptions {
+  readonly endpoints: readonly string[];
+  readonly prefix: string;
+  readonly caFile?: string;
+  readonly certFile?: string;
+  readonly keyFile?: string;
+  readonly username?: string;
+  readonly password?: string;
+}
+
+/** A lease as stored: what the CAS writes need besides the lease itself. */
+export interface StoredLease {
+  readonly lease: Lease;
+  readonly key: string;
+  readonly modRevision: string;
+  /** The etcd lease ID the key is bound to; '0' for a reservation. */
+  readonly etcdLease: string;
+  /** The store revision at which this was read or written. */
+  readonly revision: string;
+}
+
+export interface Listing {
+  readonly leases: StoredLease[];
+  readonly revision: string;
+}
+
+export class EtcdRegistry {
+  readonly client: Etcd3;
+  private readonly subnetsPrefix: string;
+  private readonly reported = new Set<string>();
+
+  constructor(
+    readonly opts: EtcdConnectOptions,
+    private readonly logger: Logger,
+  ) {
+    this.subnetsPrefix = `${trimSlash(opts.prefix)}/subnets/`;
+    this.client = new Etcd3(clientOptions(opts, logger));
+  }
+
+  get configKey(): string {
+    return `${trimSlash(this.opts.prefix)}/config`;
+  }
+
+  keyOf(subnet: IPNet, ipv6Subnet: IPNet | null): string {
+    return this.subnetsPrefix + makeSubnetKey(subnet, ipv6Subnet);
+  }
+
+  async getConfig(): Promise<string | null> {
+    return this.call('get config', () => this.client.get(this.configKey).string());
+  }
+
+  async list(): Promise<Listing> {
+    const res = await this.call('list leases', () => this.client.getAll().prefix(this.subnetsPrefix).exec());
+    const revision = res.header.revision;
+    const leases: StoredLease[] = [];
+    for (const kv of res.kvs) {
+      const stored = this.parseKv(kv, revision);
+      if (stored) leases.push(stored);
+    }
+    return { leases, revision };
+  }
+
+  /**
+   * Creates the key for (subnet, ipv6Subnet) if absent, bound to etcd lease `etcdLease` ('0' for none).
+   * With `replaces`, that key is deleted in the same transaction if unchanged since read.
+   * Returns null when another writer won.
+   */
+  async create(
+    subnet: IPNet,
+    ipv6Subnet: IPNet | null,
+    attrs: LeaseAttrs,
+    etcdLease: string,
+    ttlSeconds: number,
+    replaces?: StoredLease,
+  ): Promise<StoredLease | null> {
+    const key = this.keyOf(subnet, ipv6Subnet);
+    const value = encodeLeaseAttrs(attrs);
+    const put = this.client.put(key).value(value);
+    if (etcdLease !== '0') put.lease(etcdLease);
+    const txn = this.client.if(key, 'Create', '==', 0);
+    const ops = [put];
+    if (replaces && replaces.key !== key) {
+      txn.and(replaces.key, 'Mod', '==', replaces.modRevision);
+      ops.push(this.client.delete().key(replaces.key) as never);
+    }
+    const res = await this.call('create lease', () => txn.then(...ops).commit());
+    if (!res.succeeded) return null;
+    const lease: Lease = {
+      subnet,
+      ipv6Subnet,
+      attrs,
+      reservation: etcdLease === '0',
+      expiration: etcdLease === '0' ? null : new Date(Date.now() + ttlSeconds * 1000),
+    };
+    return { lease, key, modRevision: res.header.revision, etcdLease, revision: res.header.revision };
+  }
+
+  /**
+   * Takes over an existing key of ours: refreshes its etcd lease and rewrites the value only if it
+   * differs, compared on modRevision. Returns null when the key changed or its lease is gone.
+   */
+  async reuse(stored: StoredLease, attrs: LeaseAttrs): Promise<StoredLease | null> {
+    let expiration: Date | null = null;
+    if (stored.etcdLease !== '0') {
+      const ttl = await this.keepAlive(stored.etcdLease);
+      if (ttl <= 0) return null;
+      expiration = new Date(Date.now() + ttl * 1000);
+    }
+    const value = encodeLeaseAttrs(attrs);
+    let { modRevision, revision } = stored;
+    if (value !== encodeLeaseAttrs(stored.lease.attrs)) {
+      const put = this.client.put(stored.key).value(value);
+      if (stored.etcdLease !== '0') put.lease(stored.etcdLease);
+      const res = await this.call('update lease', () =>
+        this.client.if(stored.key, 'Mod', '==', stored.modRevision).then(put).commit(),
+      );
+      if (!res.succeeded) return null;
+      modRevision = revision = res.header.revision;
+    }
+    return { ...stored, modRevision, revision, lease: { ...stored.lease, attrs, expiration } };
+  }
+
+  /** Deletes the key if unchanged since read. */
+  async remove(stored: StoredLease): Promise<boolean> {
+    const res = await this.call('delete lease', () =>
+      this.client.if(stored.key, 'Mod', '==', stored.modRevision).then(this.client.delete().key(stored.key)).commit(),
+    );
+    return res.succeeded;
+  }
+
+  async grant(ttlSeconds: number): Promise<string> {
+    const res = await this.call('grant lease', () => this.client.leaseClient.leaseGrant({ TTL: ttlSeconds, ID: 0 }));
+    return res.ID;
+  }
+
+  async revoke(etcdLease: string): Promise<void> {
+    await this.call('revoke lease', () => this.client.leaseClient.leaseRevoke({ ID: etcdLease }));
+  }
+
+  /** One keepalive; the remaining TTL in seconds, 0 when the lease no longer exists. */
+  async keepAlive(etcdLease: string): Promise<number> {
+    return this.call('renew lease', async () => {
+      const stream = await this.client.leaseClient.leaseKeepAlive();
+      try {
+        const res = await new Promise<{ TTL: string }>((resolve, reject) => {
+          stream.on('data', resolve);
+          stream.on('error', reject);
+          stream.write({ ID: etcdLease });
+        });
+        return Number(res.TTL);
+      } finally {
+        stream.end();
+      }
+    });
+  }
+
+  /** Remaining TTL in seconds of an etcd lease; -1 when it does not exist. */
+  async timeToLive(etcdLease: string): Promise<number> {
+    const res = await this.call('lease time to live', () =>
+      this.client.leaseClient.leaseTimeToLive({ ID: etcdLease }),
+    );
+    return Number(res.TTL);
+  }
+
+  /** Watches every lease key from `fromRevision`; the caller handles 'error' (compaction) by re-listing. */
+  async watchSubnets(fromRevision: string): Promise<Watcher> {
+    return this.call('watch leases', () =>
+      this.client.watch().prefix(this.subnetsPrefix).startRevision(fromRevision).create(),
+    );
+  }
+
+  async watchKey(key: string, fromRevision: string): Promise<Watcher> {
+    return this.call('watch lease', () => this.client.watch().key(key).startRevision(fromRevision).create());
+  }
+
+  /** Turns watch events into lease events; what does not parse is reported once and skipped. */
+  parseEvents(events: ReadonlyArray<{ type: string; kv: IKeyValue }>): RawLeaseEvent[] {
+    const out: RawLeaseEvent[] = [];
+    for (const ev of events) {
+      if (ev.type === 'Delete') {
+        const keyText = ev.kv.key.toString();
+        const sub = this.parseKey(keyText);
+        if (sub) out.push({ type: 'removed', lease: sub });
+      } else {
+        const stored = this.parseKv(ev.kv, ev.kv.mod_revision);
+        if (stored) out.push({ type: 'added', lease: stored.lease });
+      }
+    }
+    return out;
+  }
+
+  async close(): Promise<void> {
+    this.client.close();
+  }
+
+  private parseKey(keyText: string): Pick<Lease, 'subnet' | 'ipv6Subnet'> | null {
+    if (!keyText.startsWith(this.subnetsPrefix)) return null;
+    try {
+      return parseSubnetKey(keyText.slice(this.subnetsPrefix.length));
+    } catch (e) {
+      this.reportOnce(keyText, '', e as Error);
+      return null;
+    }
+  }
+
+  private parseKv(kv: IKeyValue, revision: string): StoredLease | null {
+    const key = kv.key.toString();
+    const sub = this.parseKey(key);
+    if (!sub) return null;
+    const value = kv.value.toString();
+    try {
+      const attrs = decodeLeaseAttrs(value);
+      const reservation = kv.lease === '0';
+      const lease: Lease = { ...sub, attrs, reservation, expiration: null };
+      return { lease, key, modRevision: kv.mod_revision, etcdLease: kv.lease, revision };
+    } catch (e) {
+      this.reportOnce(key, value, e as Error);
+      return null;
+    }
+  }
+
+  /** A value written by someone else that we cannot read: say so once, never treat it as a removal. */
+  private reportOnce(key: string, value: string, err: Error): void {
+    const id = `${key}\u0000${value}`;
+    if (this.reported.has(id)) return;
+    this.reported.add(id);
+    this.logger.warn('skipping unparsable lease entry', { key, error: err.message });
+  }
+
+  private async call<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (e) {
+      throw new StoreUnavailableError(`etcd ${op} (${this.opts.endpoints.join(',')})`, e);
+    }
+  }
+}
+
+/**
+ * Cancels a watcher without hanging: etcd3 waits for an 'end' that never comes when the server
+ * has already cancelled the watch (compaction), so give up waiting after a second.
+ */
+export async function cancelWatcher(w: Watcher): Promise<void> {
+  w.removeAllListeners();
+  w.on('error', () => undefined);
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    w.cancel().catch(() => undefined),
+    new Promise<void>((resolve) => (timer = setTimeout(resolve, 1000))),
+  ]);
+  clearTimeout(timer);
+}
+
+function trimSlash(p: string): string {
+  return p.replace(/\/+$/, '');
+}
+
+function clientOptions(opts: EtcdConnectOptions, logger: Logger): IOptions {
+  const o: IOptions = {
+    hosts: [...opts.endpoints],
+    dialTimeout: 3000,
+    // flannel's watch reconnect backoff: 100 ms doubling up to 5 s.
+    // etcd3 types this as IBackoff but calls .next() on it first, as on its own default factory.
+    faultHandling: {
+      watchBackoff: new ExponentialBackoff({ initialDelay: 100, maxDelay: 5000 }) as unknown as IBackoff<unknown>,
+    },
+  };
+  if (opts.certFile && opts.keyFile) {
+    o.credentials = {
+      rootCertificate: opts.caFile ? readFileSync(opts.caFile) : Buffer.alloc(0),
+      privateKey: readFileSync(opts.keyFile),
+      certChain: readFileSync(opts.certFile),
+    };
+  } else if (opts.caFile) {
+    o.credentials = { rootCertificate: readFileSync(opts.caFile) };
+  } else if (opts.endpoints.some((e) => e.startsWith('https:'))) {
+    logger.warn('https etcd endpoint without --etcd-cafile: using the system CA store');
+  }
+  if (opts.username) o.auth = { username: opts.username, password: opts.password ?? '' };
+  return o;
+}

@@ -1,0 +1,198 @@
+import assert from 'node:assert/strict';
+import { FlagError, normalizeGoFlags, parseFlags } from '../../src/cli/flags.js';
+
+/** Asserts a FlagError whose message matches `message`. */
+function rejects(argv: string[], message: RegExp): void {
+  assert.throws(
+    () => parseFlags(argv),
+    (e: unknown) => {
+      assert.ok(e instanceof FlagError, `expected FlagError for ${JSON.stringify(argv)}, got ${String(e)}`);
+      assert.equal(e.name, 'FlagError');
+      assert.match(e.message, message);
+      return true;
+    },
+  );
+}
+
+describe('parseFlags', () => {
+  // Keep the tests independent of the caller's FLANNELD_* environment, and restore it afterwards.
+  let saved: Record<string, string | undefined> = {};
+  beforeEach(() => {
+    saved = {};
+    for (const k of Object.keys(process.env)) {
+      if (k.startsWith('FLANNELD_')) {
+        saved[k] = process.env[k];
+        delete process.env[k];
+      }
+    }
+  });
+  afterEach(() => {
+    for (const k of Object.keys(process.env)) if (k.startsWith('FLANNELD_')) delete process.env[k];
+    for (const [k, v] of Object.entries(saved)) process.env[k] = v;
+  });
+
+  it("has flanneld's defaults", () => {
+    const f = parseFlags([]);
+    assert.deepEqual(f, {
+      etcdEndpoints: ['http://127.0.0.1:4001', 'http://127.0.0.1:2379'],
+      etcdPrefix: '/coreos.com/network',
+      etcdKeyfile: '',
+      etcdCertfile: '',
+      etcdCafile: '',
+      etcdUsername: '',
+      etcdPassword: '',
+      iface: [],
+      ifaceRegex: [],
+      ifaceCanReach: '',
+      subnetFile: '/run/flannel/subnet.env',
+      publicIp: '',
+      publicIpv6: '',
+      subnetLeaseRenewMargin: 60,
+      ipMasq: false,
+      ipMasqFullyRandomDisable: false,
+      kubeSubnetMgr: false,
+      kubeApiUrl: '',
+      kubeAnnotationPrefix: 'flannel.alpha.coreos.com',
+      kubeconfigFile: '',
+      healthzIp: '0.0.0.0',
+      healthzPort: 0,
+      iptablesResync: 5,
+      iptablesForwardRules: true,
+      ipBlackholeRoute: false,
+      netConfigPath: '/etc/kube-flannel/net-conf.json',
+      setNodeNetworkUnavailable: true,
+      logFormat: 'text',
+      logLevel: 'info',
+      reconcileInterval: 10,
+      v: 0,
+      help: false,
+      version: false,
+    });
+  });
+
+  it('takes Go-style single-dash flags as well as double-dash ones', () => {
+    assert.deepEqual(parseFlags(['-etcd-endpoints=http://x:1']).etcdEndpoints, ['http://x:1']);
+    assert.equal(parseFlags(['-etcd-prefix', '/p']).etcdPrefix, '/p');
+    assert.equal(parseFlags(['-ip-masq']).ipMasq, true);
+    assert.equal(parseFlags(['-subnet-lease-renew-margin=30']).subnetLeaseRenewMargin, 30);
+    assert.equal(parseFlags(['-kube-subnet-mgr', '-healthz-port=8081']).healthzPort, 8081);
+    assert.equal(parseFlags(['-version']).version, true);
+    const f = parseFlags(['--public-ip', '10.0.0.1', '--public-ipv6=fd00::1', '--iface-can-reach', '8.8.8.8']);
+    assert.deepEqual([f.publicIp, f.publicIpv6, f.ifaceCanReach], ['10.0.0.1', 'fd00::1', '8.8.8.8']);
+  });
+
+  it('normalizeGoFlags turns Go single-dash long flags into double-dash ones', () => {
+    assert.deepEqual(normalizeGoFlags(['-etcd-prefix=/x', '-iface', 'eth0', '-v', '4', '-unknown-flag', '--ip-masq', 'value']), [
+      '--etcd-prefix=/x',
+      '--iface',
+      'eth0',
+      '-v',
+      '4',
+      '--unknown-flag',
+      '--ip-masq',
+      'value',
+    ]);
+  });
+
+  it('booleans: bare flag is true, --flag=false turns it off', () => {
+    assert.equal(parseFlags(['--ip-masq']).ipMasq, true);
+    assert.equal(parseFlags(['--ip-masq=false']).ipMasq, false);
+    assert.equal(parseFlags(['--ip-masq=true']).ipMasq, true);
+    assert.equal(parseFlags(['--iptables-forward-rules=false']).iptablesForwardRules, false);
+    assert.equal(parseFlags(['-set-node-network-unavailable=false']).setNodeNetworkUnavailable, false);
+    assert.equal(parseFlags(['--ip-masq', '--ip-masq=false']).ipMasq, false, 'the last one wins');
+  });
+
+  it('--etcd-endpoints and --iface take comma lists and repeats, in order', () => {
+    assert.deepEqual(parseFlags(['--etcd-endpoints', 'http://a:1,http://b:2', '--etcd-endpoints=http://c:3']).etcdEndpoints, [
+      'http://a:1',
+      'http://b:2',
+      'http://c:3',
+    ]);
+    assert.deepEqual(parseFlags(['--etcd-endpoints=https://a:2379, https://b:2379']).etcdEndpoints, ['https://a:2379', 'https://b:2379']);
+    assert.deepEqual(parseFlags(['--iface', 'eth0', '--iface=eth1,eth2', '-iface', '10.0.0.1']).iface, ['eth0', 'eth1', 'eth2', '10.0.0.1']);
+    // A regex may contain commas, so --iface-regex is repeat-only.
+    assert.deepEqual(parseFlags(['--iface-regex', 'eth[0-9]{1,2}', '--iface-regex', '^en']).ifaceRegex, ['eth[0-9]{1,2}', '^en']);
+  });
+
+  it('reads FLANNELD_* environment variables; the command line wins', () => {
+    process.env.FLANNELD_ETCD_PREFIX = '/env/prefix';
+    process.env.FLANNELD_ETCD_ENDPOINTS = 'http://e1:2379,http://e2:2379';
+    process.env.FLANNELD_IP_MASQ = 'true';
+    process.env.FLANNELD_IFACE = 'eth9';
+    process.env.FLANNELD_SUBNET_LEASE_RENEW_MARGIN = '120';
+    process.env.FLANNELD_HEALTHZ_PORT = '8081';
+    const f = parseFlags([]);
+    assert.equal(f.etcdPrefix, '/env/prefix');
+    assert.deepEqual(f.etcdEndpoints, ['http://e1:2379', 'http://e2:2379']);
+    assert.equal(f.ipMasq, true);
+    assert.deepEqual(f.iface, ['eth9']);
+    assert.equal(f.subnetLeaseRenewMargin, 120);
+    assert.equal(f.healthzPort, 8081);
+    assert.equal(parseFlags(['--etcd-prefix=/cli']).etcdPrefix, '/cli');
+    assert.equal(parseFlags(['--ip-masq=false']).ipMasq, false);
+  });
+
+  it('validates environment values like flags', () => {
+    process.env.FLANNELD_SUBNET_LEASE_RENEW_MARGIN = '0';
+    rejects([], /^--subnet-lease-renew-margin 0: must be an integer from 1 to 1439$/);
+  });
+
+  it('--subnet-lease-renew-margin must be 1..1439', () => {
+    rejects(['--subnet-lease-renew-margin', '0'], /^--subnet-lease-renew-margin 0: must be an integer from 1 to 1439$/);
+    rejects(['--subnet-lease-renew-margin', '1440'], /^--subnet-lease-renew-margin 1440: must be an integer from 1 to 1439$/);
+    rejects(['--subnet-lease-renew-margin=-5'], /--subnet-lease-renew-margin/);
+    rejects(['--subnet-lease-renew-margin', '1.5'], /--subnet-lease-renew-margin/);
+    rejects(['--subnet-lease-renew-margin', 'soon'], /--subnet-lease-renew-margin/);
+    assert.equal(parseFlags(['--subnet-lease-renew-margin', '1']).subnetLeaseRenewMargin, 1);
+    assert.equal(parseFlags(['--subnet-lease-renew-margin', '1439']).subnetLeaseRenewMargin, 1439);
+  });
+
+  it('--healthz-port must be a port number', () => {
+    rejects(['--healthz-port', '65536'], /^--healthz-port 65536: must be 0\.\.65535$/);
+    rejects(['--healthz-port', '-1'], /--healthz-port/);
+    assert.equal(parseFlags(['--healthz-port', '65535']).healthzPort, 65535);
+  });
+
+  it('rejects unknown flags and stray arguments', () => {
+    rejects(['--bogus'], /^Unknown argument: bogus$/);
+    rejects(['--etcd-endpoint=http://x:1'], /etcd-endpoint/);
+    rejects(['stray'], /stray/);
+    rejects(['--etcd_endpoints', 'http://q:1'], /etcd_endpoints/);
+  });
+
+  it('names a mistyped Go-style single-dash flag in the error', () => {
+    // flanneld would say "flag provided but not defined: -etcd-endpont"; yargs splits it into
+    // short flags and reports "Unknown arguments: e, t, c, d".
+    rejects(['-etcd-endpont=http://x:1'], /etcd-endpont/);
+    rejects(['-bogus'], /bogus/);
+  });
+
+  it('--log-level, -v and --log-format', () => {
+    assert.equal(parseFlags(['--log-level', 'debug']).logLevel, 'debug');
+    assert.equal(parseFlags(['--log-level=error']).logLevel, 'error');
+    const v4 = parseFlags(['-v', '4']);
+    assert.equal(v4.logLevel, 'debug');
+    assert.equal(v4.v, 4);
+    assert.equal(parseFlags(['-v=10']).logLevel, 'debug');
+    assert.equal(parseFlags(['-v', '3']).logLevel, 'info');
+    assert.equal(parseFlags(['--log-level=warn', '-v', '2']).logLevel, 'warn');
+    assert.equal(parseFlags(['--log-format', 'json']).logFormat, 'json');
+    rejects(['--log-format', 'xml'], /log-format.*xml/s);
+    rejects(['--log-level', 'trace'], /log-level.*trace/s);
+  });
+
+  it('a repeated single-valued flag keeps the last value, like Go flag', () => {
+    // yargs collects repeats into an array, which breaks the declared string/number types.
+    assert.equal(parseFlags(['--etcd-prefix', '/a', '--etcd-prefix', '/b']).etcdPrefix, '/b');
+    assert.equal(parseFlags(['--subnet-file', '/a', '--subnet-file=/b']).subnetFile, '/b');
+    assert.equal(parseFlags(['--log-level', 'info', '--log-level', 'debug']).logLevel, 'debug');
+    assert.equal(parseFlags(['--healthz-port', '1', '--healthz-port', '2']).healthzPort, 2);
+  });
+
+  it('a value flag without its value is an error, like Go flag ("flag needs an argument")', () => {
+    rejects(['--etcd-prefix'], /etcd-prefix/);
+    rejects(['--subnet-file'], /subnet-file/);
+    rejects(['--etcd-prefix', '--ip-masq'], /etcd-prefix/);
+  });
+});
