@@ -289,9 +289,16 @@ describe('iface: selection in a network namespace', () => {
       selectExternalInterface(opts({ iface: ['wt-d'], enableIPv6: true }), view),
       'no usable interface: --iface wt-d: interface wt-d has no global IPv6 address',
     );
+    // Named explicitly, lo's 127.0.0.1 is acceptable (as in flannel); ::1 is never a global address.
     await rejectsWith(
       selectExternalInterface(opts({ iface: ['lo'], enableIPv6: true }), view),
-      'no usable interface: --iface lo: interface lo has no IPv4 address and no global IPv6 address',
+      'no usable interface: --iface lo: interface lo has no global IPv6 address',
+    );
+    const lo = await selectExternalInterface(opts({ iface: ['lo'] }), view);
+    assert.equal(String(lo.ifaceAddr), '127.0.0.1');
+    await rejectsWith(
+      selectExternalInterface(opts({ ifaceRegex: ['^lo$'] }), view),
+      'no usable interface: --iface-regex ^lo$: interface lo has no IPv4 address',
     );
     await rejectsWith(
       selectExternalInterface(opts({ publicIP: '10.88.0.1', enableIPv6: true }), view),

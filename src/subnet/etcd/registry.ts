@@ -282,7 +282,8 @@ function clientOptions(opts: EtcdConnectOptions, logger: Logger): IOptions {
   };
   if (opts.certFile && opts.keyFile) {
     o.credentials = {
-      rootCertificate: opts.caFile ? readFileSync(opts.caFile) : Buffer.alloc(0),
+      // grpc-js takes null for "the system CA store"; etcd3's type says Buffer.
+      rootCertificate: opts.caFile ? readFileSync(opts.caFile) : (null as unknown as Buffer),
       privateKey: readFileSync(opts.keyFile),
       certChain: readFileSync(opts.certFile),
     };
