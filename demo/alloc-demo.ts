@@ -42,7 +42,7 @@ async function main(): Promise<void> {
     for (let i = 1; i <= 3; i++) {
       const subnetFile = join(dir, `node${i}`, 'subnet.env');
       const d = WeftdProcess.start([
-        '--etcd-endpoints', etcd.endpoint, '--iface', 'lo', '--public-ip', `192.0.2.${i}`, '--subnet-file', subnetFile,
+        '--etcd-endpoints', etcd.endpoint, '--iface', 'lo', '--public-ip', `198.51.100.${i}`, '--subnet-file', subnetFile,
       ]);
       daemons.push(d);
       await waitFor(() => {
@@ -50,7 +50,7 @@ async function main(): Promise<void> {
         return /acquired lease/.test(d.output);
       }, { timeoutMs: 30_000, what: `node${i} to acquire a lease` });
       process.stdout.write(`node${i}: ${/acquired lease (.*)/.exec(d.output)![1]}\n`);
-      process.stdout.write(readFileSync(subnetFile, 'utf8').replace(/^/gm, `  node${i} subnet.env: `));
+      process.stdout.write(`${readFileSync(subnetFile, 'utf8').trimEnd().replace(/^/gm, `  node${i} subnet.env: `)}\n`);
     }
 
     step(`weft leases --etcd-endpoints ${etcd.endpoint}`);

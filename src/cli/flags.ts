@@ -1,7 +1,7 @@
 // weftd's command line: flanneld's flags with flanneld's names and defaults, FLANNELD_* environment
 // equivalents, and a few weft additions (logging, reconcile interval).
 import yargs from 'yargs';
-import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX } from '../subnet/etcd/registry.js';
+import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX, type EtcdConnectOptions } from '../subnet/etcd/registry.js';
 import type { LogFormat, LogLevel } from '../util/log.js';
 
 export interface WeftdFlags {
@@ -36,6 +36,24 @@ export interface WeftdFlags {
   logLevel: LogLevel;
   reconcileInterval: number;
   v: number;
+}
+
+/** The etcd connection flags, shared by weftd and weft. */
+export type EtcdFlags = Pick<
+  WeftdFlags,
+  'etcdEndpoints' | 'etcdPrefix' | 'etcdCafile' | 'etcdCertfile' | 'etcdKeyfile' | 'etcdUsername' | 'etcdPassword'
+>;
+
+export function etcdConnectOptions(f: EtcdFlags): EtcdConnectOptions {
+  return {
+    endpoints: f.etcdEndpoints,
+    prefix: f.etcdPrefix,
+    caFile: f.etcdCafile || undefined,
+    certFile: f.etcdCertfile || undefined,
+    keyFile: f.etcdKeyfile || undefined,
+    username: f.etcdUsername || undefined,
+    password: f.etcdPassword || undefined,
+  };
 }
 
 export class FlagError extends Error {

@@ -4,27 +4,12 @@ import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX } from '../subnet/etcd/regi
 import { EtcdSubnetManager } from '../subnet/etcd/manager.js';
 import { createLogger } from '../util/log.js';
 import { VERSION } from '../version.js';
-import { normalizeGoFlags } from './flags.js';
+import { etcdConnectOptions, normalizeGoFlags, type EtcdFlags } from './flags.js';
 import { leaseRow, renderTable, sortRows } from './leases-table.js';
 
-async function leasesCommand(args: {
-  etcdEndpoints: string[];
-  etcdPrefix: string;
-  output: 'table' | 'json';
-  etcdCafile: string;
-  etcdCertfile: string;
-  etcdKeyfile: string;
-  etcdUsername: string;
-  etcdPassword: string;
-}): Promise<number> {
+async function leasesCommand(args: EtcdFlags & { output: 'table' | 'json' }): Promise<number> {
   const manager = new EtcdSubnetManager({
-    endpoints: args.etcdEndpoints,
-    prefix: args.etcdPrefix,
-    caFile: args.etcdCafile || undefined,
-    certFile: args.etcdCertfile || undefined,
-    keyFile: args.etcdKeyfile || undefined,
-    username: args.etcdUsername || undefined,
-    password: args.etcdPassword || undefined,
+    ...etcdConnectOptions(args),
     knownBackends: [],
     logger: createLogger({ level: 'error' }),
   });

@@ -8,7 +8,7 @@ import { EtcdSubnetManager } from '../subnet/etcd/manager.js';
 import { AbortedError } from '../util/backoff.js';
 import { createLogger } from '../util/log.js';
 import { VERSION } from '../version.js';
-import { buildParser, parseFlags } from './flags.js';
+import { buildParser, etcdConnectOptions, parseFlags } from './flags.js';
 
 async function main(argv: string[]): Promise<number> {
   let flags: ReturnType<typeof parseFlags>;
@@ -40,13 +40,7 @@ async function main(argv: string[]): Promise<number> {
     return { subnet: null, ipv6Subnet: null };
   });
   const manager = new EtcdSubnetManager({
-    endpoints: flags.etcdEndpoints,
-    prefix: flags.etcdPrefix,
-    caFile: flags.etcdCafile || undefined,
-    certFile: flags.etcdCertfile || undefined,
-    keyFile: flags.etcdKeyfile || undefined,
-    username: flags.etcdUsername || undefined,
-    password: flags.etcdPassword || undefined,
+    ...etcdConnectOptions(flags),
     knownBackends: backends.types,
     logger: logger.child({ component: 'etcd' }),
     previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet },

@@ -2,9 +2,12 @@
 // Each instance owns a private Registry so several daemons (or tests) can live in one process.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
-export type LeaseEventType = 'added' | 'removed';
+import type { LeaseEventType } from '../subnet/lease.js';
+import type { AcquireHow as AnyAcquireHow } from '../subnet/manager.js';
+
 export type StoreOp = 'acquire' | 'renew' | 'watch' | 'config';
-export type AcquireHow = 'reuse' | 'previous' | 'new' | 'reacquire';
+/** Renewals are not acquisitions. */
+export type AcquireHow = Exclude<AnyAcquireHow, 'renew'>;
 
 export interface DaemonMetricsOptions {
   /** Register the default process/Node.js metrics (`weft_process_*`, `weft_nodejs_*`). Default true. */

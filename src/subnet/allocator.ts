@@ -54,10 +54,14 @@ function takenIntervals(range: AllocationRange, taken: readonly IPNet[]): Array<
   return merged;
 }
 
-export function freeCount(range: AllocationRange, taken: readonly IPNet[]): bigint {
+function freeIn(range: AllocationRange, intervals: ReadonlyArray<[bigint, bigint]>): bigint {
   let free = candidateCount(range);
-  for (const [lo, hi] of takenIntervals(range, taken)) free -= hi - lo + 1n;
+  for (const [lo, hi] of intervals) free -= hi - lo + 1n;
   return free;
+}
+
+export function freeCount(range: AllocationRange, taken: readonly IPNet[]): bigint {
+  return freeIn(range, takenIntervals(range, taken));
 }
 
 /** A random free subnet, or null when the range is full. */
@@ -67,8 +71,7 @@ export function allocateSubnet(
   random: RandomBelow = cryptoRandomBelow,
 ): IPNet | null {
   const intervals = takenIntervals(range, taken);
-  let free = candidateCount(range);
-  for (const [lo, hi] of intervals) free -= hi - lo + 1n;
+  const free = freeIn(range, intervals);
   if (free <= 0n) return null;
   // The r-th free index: walk the gaps between taken intervals.
   let r = random(free);

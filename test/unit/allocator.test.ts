@@ -9,6 +9,7 @@ import {
   type RandomBelow,
 } from '../../src/subnet/allocator.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';
+import { prng } from '../helpers/prng.js';
 
 function range(min: string, max: string): AllocationRange {
   return { min: IPNet.parse(min), max: IPNet.parse(max) };
@@ -40,17 +41,6 @@ function candidates(r: AllocationRange): IPNet[] {
   return out;
 }
 
-/** mulberry32: a seeded PRNG, so failures reproduce. */
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // flannel's defaults for Network 10.5.0.0/16, SubnetLen 24: SubnetMin 10.5.1.0, SubnetMax 10.5.255.0.
 const R24 = range('10.5.1.0/24', '10.5.255.0/24');

@@ -10,6 +10,7 @@ import {
 } from '../../src/subnet/codec.js';
 import type { JsonValue, LeaseAttrs } from '../../src/subnet/lease.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';
+import { prng } from '../helpers/prng.js';
 
 /** flannel's pkg/subnet subnetRegex, verbatim (not anchored at the start, unescaped dots). */
 const FLANNEL_KEY_RE = /(\d+\.\d+.\d+.\d+)-(\d+)(?:&([a-f\d:]+)-(\d+))?$/;
@@ -281,17 +282,6 @@ describe('goJson', () => {
   });
 });
 
-/** mulberry32: a small seeded PRNG, so failures reproduce. */
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe('property: everything we write is readable by flannel', () => {
   const rnd = prng(0x5eed);
