@@ -77,12 +77,17 @@ export class EtcdSubnetManager implements SubnetManager {
     const range4 = subnetRange(cfg, 4)!;
     const range6 = cfg.enableIPv6 ? subnetRange(cfg, 6) : null;
     const maxRetries = this.opts.maxRaceRetries ?? 20;
-    let spare: string | null = null; // an etcd lease granted for a create that lost its race
+    // An etcd lease for the key we create, kept across lost races. A node with no previous
+    // subnet almost always creates a key, so it grants while it lists (one round trip less).
+    let spare: string | null = null;
+    let granting: Promise<string> | null = this.preferred ? null : this.registry.grant(this.ttl);
     try {
       for (let retries = 0; ; retries++) {
         if (signal?.aborted) throw new AbortedError();
         if (retries > maxRetries) throw new Error(`gave up acquiring a lease after ${maxRetries} lost races`);
-        const { leases } = await this.registry.list();
+        const [{ leases }, granted] = await Promise.all([this.registry.list(), granting]);
+        granting = null;
+        if (granted) spare = granted;
         const mine = leases.find((s) => s.lease.attrs.publicIP.equals(attrs.publicIP) && !attrs.publicIP.isUnspecified());
         if (mine && this.compatible(mine.lease, range4, range6)) {
           const reused = await this.registry.reuse(mine, attrs);
@@ -119,7 +124,8 @@ export class EtcdSubnetManager implements SubnetManager {
         }
       }
     } finally {
-      if (spare) await this.registry.revoke(spare).catch(() => undefined);
+      const unused = spare ?? (await granting?.catch(() => null));
+      if (unused) await this.registry.revoke(unused).catch(() => undefined);
     }
   }
 

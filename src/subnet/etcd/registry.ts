@@ -21,6 +21,8 @@ export interface EtcdConnectOptions {
   readonly keyFile?: string;
   readonly username?: string;
   readonly password?: string;
+  /** gRPC channel options (e.g. a distinct key to force a connection of one's own). */
+  readonly grpcOptions?: IOptions['grpcOptions'];
 }
 
 /** A lease as stored: what the CAS writes need besides the lease itself. */
@@ -274,6 +276,7 @@ function clientOptions(opts: EtcdConnectOptions, logger: Logger): IOptions {
   const o: IOptions = {
     hosts: [...opts.endpoints],
     dialTimeout: 3000,
+    ...(opts.grpcOptions ? { grpcOptions: opts.grpcOptions } : {}),
     // flannel's watch reconnect backoff: 100 ms doubling up to 5 s.
     // etcd3 types this as IBackoff but calls .next() on it first, as on its own default factory.
     faultHandling: {
