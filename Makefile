@@ -1,8 +1,8 @@
 # `make demo` and `make test` install what is missing (Debian packages as root, npm packages), build, and run.
 SHELL := /bin/bash
-APT_PACKAGES := etcd-server etcd-client iproute2 iptables nftables iputils-ping
+APT_PACKAGES := etcd-server etcd-client iproute2 iptables nftables iputils-ping ethtool
 # A command each package provides, in the same order, to see whether it is installed.
-APT_PROBES := etcd etcdctl ip iptables nft ping
+APT_PROBES := etcd etcdctl ip iptables nft ping ethtool
 
 .PHONY: all deps apt-deps npm-deps build lint typecheck test test-unit demo bench clean
 

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Etcd3 } from 'etcd3';
 import { EtcdServer } from '../test/helpers/etcd.js';
-import { waitFor } from '../test/helpers/wait.js';
+import { WaitAbort, waitFor } from '../test/helpers/wait.js';
 import { WeftdProcess } from '../test/helpers/weftd.js';
 
 const WEFT = fileURLToPath(new URL('../bin/weft', import.meta.url));
@@ -46,7 +46,7 @@ async function main(): Promise<void> {
       ]);
       daemons.push(d);
       await waitFor(() => {
-        if (!d.running) throw new Error(`weftd node${i} exited:\n${d.output}`);
+        if (!d.running) throw new WaitAbort(`weftd node${i} exited:\n${d.output}`);
         return /acquired lease/.test(d.output);
       }, { timeoutMs: 30_000, what: `node${i} to acquire a lease` });
       process.stdout.write(`node${i}: ${/acquired lease (.*)/.exec(d.output)![1]}\n`);

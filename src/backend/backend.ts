@@ -3,11 +3,20 @@ import type { ExternalInterface } from '../network/iface.js';
 import type { BackendConfig, NetworkConfig } from '../subnet/config.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../subnet/lease.js';
 import type { Logger } from '../util/log.js';
+import type { Repairs } from './kernel/diff.js';
+
+/** What a backend reports after each programming pass. */
+export interface BackendMetrics {
+  recordProgramming(peersProgrammed: number, repairs: Repairs, deviceRepairs: number): void;
+}
 
 export interface BackendContext {
   readonly config: NetworkConfig;
   readonly extIface: ExternalInterface;
   readonly logger: Logger;
+  /** Our lease as the store had it before this start (to keep the VTEP MAC across reboots). */
+  readonly previousLease?: Lease | null;
+  readonly metrics?: BackendMetrics;
 }
 
 export interface Backend {

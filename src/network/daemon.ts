@@ -70,9 +70,17 @@ export class Daemon {
       publicIPv6: String(extIface.extV6Addr),
     });
 
+    // Best effort: our lease as stored, so a rebuilt device can keep its VTEP MAC.
+    const previousLease = extIface.extAddr ? await manager.findOwnLease(extIface.extAddr).catch(() => null) : null;
     let backend: Backend;
     try {
-      backend = this.deps.backends.create(config.backend, { config, extIface, logger: log.child({ backend: config.backend.type }) });
+      backend = this.deps.backends.create(config.backend, {
+        config,
+        extIface,
+        previousLease,
+        metrics,
+        logger: log.child({ backend: config.backend.type }),
+      });
     } catch (e) {
       throw new FatalError((e as Error).message);
     }

@@ -2,6 +2,8 @@
 // Each instance owns a private Registry so several daemons (or tests) can live in one process.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
+import type { BackendMetrics } from '../backend/backend.js';
+import type { Repairs } from '../backend/kernel/diff.js';
 import type { LeaseEventType } from '../subnet/lease.js';
 import type { AcquireHow as AnyAcquireHow } from '../subnet/manager.js';
 
@@ -17,7 +19,9 @@ export interface DaemonMetricsOptions {
 // Kernel programming of one batch is normally milliseconds; a full reconcile of a large cluster may take seconds.
 const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
-export class DaemonMetrics {
+export type RepairKind = 'added' | 'changed' | 'removed' | 'device';
+
+export class DaemonMetrics implements BackendMetrics {
   readonly registry: Registry;
   /** Unix seconds at which our lease expires; 0 for a reservation (no expiry). */
   readonly leaseExpiry: Gauge;
@@ -34,6 +38,10 @@ export class DaemonMetrics {
   readonly peers: Gauge;
   /** 1 once the daemon is ready (same condition as /readyz), else 0. */
   readonly ready: Gauge;
+  /** Peers whose dataplane entries the backend programmed in its last pass. */
+  readonly peersProgrammed: Gauge;
+  /** Kernel entries the backend had to add, rewrite or remove, and devices it had to rebuild. */
+  readonly reconcileRepairs: Counter<'kind'>;
 
   constructor(opts: DaemonMetricsOptions = {}) {
     const registry = new Registry();
@@ -88,6 +96,17 @@ export class DaemonMetrics {
     });
     this.peers = new Gauge({ name: 'weft_peers', help: 'Number of peer leases known.', registers });
     this.ready = new Gauge({ name: 'weft_ready', help: '1 when the daemon is ready, else 0.', registers });
+    this.peersProgrammed = new Gauge({
+      name: 'weft_peers_programmed',
+      help: 'Peers whose dataplane entries were programmed in the last backend pass.',
+      registers,
+    });
+    this.reconcileRepairs = new Counter({
+      name: 'weft_reconcile_repairs_total',
+      help: 'Kernel entries added, changed or removed to match the lease set, and devices rebuilt.',
+      labelNames: ['kind'],
+      registers,
+    });
 
     // Export every label value from the start, so rate() and alerts see 0 rather than a missing series.
     for (const type of ['added', 'removed'] satisfies LeaseEventType[]) {
@@ -98,9 +117,20 @@ export class DaemonMetrics {
     for (const how of ['reuse', 'previous', 'new', 'reacquire'] satisfies AcquireHow[]) {
       this.leaseAcquisitions.inc({ how }, 0);
     }
+    for (const kind of ['added', 'changed', 'removed', 'device'] satisfies RepairKind[]) {
+      this.reconcileRepairs.inc({ kind }, 0);
+    }
     this.ready.set(0);
 
     if (opts.processMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'weft_' });
+  }
+
+  recordProgramming(peersProgrammed: number, repairs: Repairs, deviceRepairs: number): void {
+    this.peersProgrammed.set(peersProgrammed);
+    if (repairs.added) this.reconcileRepairs.inc({ kind: 'added' }, repairs.added);
+    if (repairs.changed) this.reconcileRepairs.inc({ kind: 'changed' }, repairs.changed);
+    if (repairs.removed) this.reconcileRepairs.inc({ kind: 'removed' }, repairs.removed);
+    if (deviceRepairs) this.reconcileRepairs.inc({ kind: 'device' }, deviceRepairs);
   }
 
   /** Prometheus exposition text of all metrics. */

@@ -1,5 +1,6 @@
 // The contract between the daemon loop and a lease store (etcd today, Kubernetes Nodes later).
 import type { NetworkConfig } from './config.js';
+import type { IPAddr } from '../util/ip.js';
 import type { Lease, LeaseAttrs } from './lease.js';
 import type { WatchResult } from './watcher.js';
 
@@ -47,6 +48,8 @@ export interface SubnetManager {
   readonly name: string;
   getNetworkConfig(signal?: AbortSignal): Promise<NetworkConfig>;
   acquireLease(attrs: LeaseAttrs, signal?: AbortSignal): Promise<AcquiredLease>;
+  /** Our lease as stored now, found by public IP, without taking it (null when none). */
+  findOwnLease(publicIP: IPAddr): Promise<Lease | null>;
   /** Extends the lease; throws LeaseLostError when the store no longer holds it. */
   renewLease(lease: Lease, signal?: AbortSignal): Promise<Lease>;
   /**

@@ -6,6 +6,14 @@ export interface WaitOptions {
   readonly what?: string;
 }
 
+/** Thrown from a check to stop waiting at once (the condition can no longer come true). */
+export class WaitAbort extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'WaitAbort';
+  }
+}
+
 export async function waitFor<T>(
   check: () => T | null | undefined | false | Promise<T | null | undefined | false>,
   opts: WaitOptions = {},
@@ -17,6 +25,7 @@ export async function waitFor<T>(
       const v = await check();
       if (v !== null && v !== undefined && v !== false) return v;
     } catch (e) {
+      if (e instanceof WaitAbort) throw e;
       lastError = e;
     }
     if (Date.now() > deadline) {

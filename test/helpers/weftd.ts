@@ -24,9 +24,11 @@ export class WeftdProcess {
     );
   }
 
-  static start(args: readonly string[], env: NodeJS.ProcessEnv = {}): WeftdProcess {
+  /** With `netns`, runs under `ip netns exec`, which execs weftd itself (signals reach it directly). */
+  static start(args: readonly string[], env: NodeJS.ProcessEnv = {}, netns?: string): WeftdProcess {
+    const [cmd, argv] = netns ? ['ip', ['netns', 'exec', netns, BIN, ...args]] : [BIN, [...args]];
     return new WeftdProcess(
-      spawn(BIN, args, { env: { ...process.env, WEFT_FROM_SOURCE: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }),
+      spawn(cmd, argv, { env: { ...process.env, WEFT_FROM_SOURCE: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }),
     );
   }
 

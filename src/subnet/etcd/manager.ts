@@ -5,7 +5,7 @@ import type { Watcher } from 'etcd3';
 import type { Logger } from '../../util/log.js';
 import { AbortedError, Backoff, delay } from '../../util/backoff.js';
 import { AsyncQueue } from '../../util/queue.js';
-import type { IPNet } from '../../util/ip.js';
+import type { IPAddr, IPNet } from '../../util/ip.js';
 import { allocateSubnet, cryptoRandomBelow, inRange, type AllocationRange, type RandomBelow } from '../allocator.js';
 import { ConfigError, parseNetworkConfig, subnetRange, type NetworkConfig } from '../config.js';
 import { leaseId, type Lease, type LeaseAttrs } from '../lease.js';
@@ -127,6 +127,12 @@ export class EtcdSubnetManager implements SubnetManager {
       const unused = spare ?? (await granting?.catch(() => null));
       if (unused) await this.registry.revoke(unused).catch(() => undefined);
     }
+  }
+
+  async findOwnLease(publicIP: IPAddr): Promise<Lease | null> {
+    if (publicIP.isUnspecified()) return null;
+    const { leases } = await this.registry.list();
+    return leases.find((s) => s.lease.attrs.publicIP.equals(publicIP))?.lease ?? null;
   }
 
   async renewLease(lease: Lease): Promise<Lease> {

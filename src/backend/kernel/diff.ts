@@ -1,0 +1,114 @@
+// Desired kernel entries versus what the kernel has: the operations that turn one into the
+// other. Pure, so drift repair is the same code on start, on events and on the timer.
+import type { IPAddr, IPNet } from '../../util/ip.js';
+
+export interface RouteSpec {
+  readonly dst: IPNet;
+  readonly gateway: IPAddr | null;
+  readonly oif: number;
+  readonly onlink: boolean;
+  /** Forward through this nexthop object instead (gateway/oif/onlink then describe it). */
+  readonly nhid?: number | null;
+}
+
+export interface NexthopSpec {
+  readonly id: number;
+  readonly gateway: IPAddr;
+  readonly oif: number;
+  readonly onlink: boolean;
+}
+
+export interface NeighSpec {
+  readonly ifindex: number;
+  readonly ip: IPAddr;
+  readonly mac: string;
+}
+
+export interface FdbSpec {
+  readonly ifindex: number;
+  readonly mac: string;
+  readonly dst: IPAddr;
+}
+
+/** What a backend wants in the kernel for the current peer set. */
+export interface DesiredState {
+  readonly routes: readonly RouteSpec[];
+  readonly neighbours: readonly NeighSpec[];
+  readonly fdb: readonly FdbSpec[];
+  readonly nexthops?: readonly NexthopSpec[];
+}
+
+/** What the kernel has, already narrowed to the entries weft owns. */
+export type ActualState = DesiredState;
+
+export type KernelOp =
+  | { readonly kind: 'route-replace'; readonly route: RouteSpec }
+  | { readonly kind: 'route-delete'; readonly route: RouteSpec }
+  | { readonly kind: 'neigh-replace'; readonly neigh: NeighSpec }
+  | { readonly kind: 'neigh-delete'; readonly neigh: NeighSpec }
+  | { readonly kind: 'fdb-replace'; readonly fdb: FdbSpec }
+  | { readonly kind: 'fdb-delete'; readonly fdb: FdbSpec }
+  | { readonly kind: 'nexthop-replace'; readonly nexthop: NexthopSpec }
+  | { readonly kind: 'nexthop-delete'; readonly nexthop: NexthopSpec };
+
+export interface Repairs {
+  /** Entries added because they were missing. */
+  readonly added: number;
+  /** Entries rewritten because they differed. */
+  readonly changed: number;
+  /** Entries removed because no lease wants them. */
+  readonly removed: number;
+}
+
+/** Keyed entries of one kind: what to replace and what to delete. */
+function diffKind<T>(
+  desired: readonly T[],
+  actual: readonly T[],
+  key: (x: T) => string,
+  value: (x: T) => string,
+  count: { added: number; changed: number; removed: number },
+): { replace: T[]; remove: T[] } {
+  const have = new Map(actual.map((x) => [key(x), x]));
+  const want = new Set<string>();
+  const replace: T[] = [];
+  for (const d of desired) {
+    const k = key(d);
+    want.add(k);
+    const h = have.get(k);
+    if (h && value(h) === value(d)) continue;
+    if (h) count.changed++;
+    else count.added++;
+    replace.push(d);
+  }
+  const remove = actual.filter((a) => !want.has(key(a)));
+  count.removed += remove.length;
+  return { replace, remove };
+}
+
+const routeValue = (r: RouteSpec) =>
+  r.nhid ? `nh ${r.nhid}` : `${r.gateway?.toString() ?? '-'} ${r.oif} ${r.onlink}`;
+const nexthopValue = (n: NexthopSpec) => `${n.gateway.toString()} ${n.oif} ${n.onlink}`;
+
+/**
+ * The operations, in a safe order: stale entries go first (nexthops last, since deleting one
+ * takes its routes along), then neighbours and FDB entries, then nexthops, then routes, so a
+ * route never points at a next hop whose MAC or object does not exist yet.
+ */
+export function diffState(desired: DesiredState, actual: ActualState): { ops: KernelOp[]; repairs: Repairs } {
+  const count = { added: 0, changed: 0, removed: 0 };
+  const neigh = diffKind(desired.neighbours, actual.neighbours, (n) => `${n.ifindex} ${n.ip.toString()}`, (n) => n.mac, count);
+  const fdb = diffKind(desired.fdb, actual.fdb, (f) => `${f.ifindex} ${f.mac} ${f.dst.toString()}`, () => '', count);
+  const nh = diffKind(desired.nexthops ?? [], actual.nexthops ?? [], (n) => String(n.id), nexthopValue, count);
+  const routes = diffKind(desired.routes, actual.routes, (r) => r.dst.toString(), routeValue, count);
+  const ops: KernelOp[] = [
+    ...routes.remove.map((route) => ({ kind: 'route-delete' as const, route })),
+    ...neigh.remove.map((n) => ({ kind: 'neigh-delete' as const, neigh: n })),
+    ...fdb.remove.map((f) => ({ kind: 'fdb-delete' as const, fdb: f })),
+    ...nh.remove.map((nexthop) => ({ kind: 'nexthop-delete' as const, nexthop })),
+    ...neigh.replace.map((n) => ({ kind: 'neigh-replace' as const, neigh: n })),
+    ...fdb.replace.map((f) => ({ kind: 'fdb-replace' as const, fdb: f })),
+    ...nh.replace.map((nexthop) => ({ kind: 'nexthop-replace' as const, nexthop })),
+    ...routes.replace.map((route) => ({ kind: 'route-replace' as const, route })),
+  ];
+  return { ops, repairs: count };
+}

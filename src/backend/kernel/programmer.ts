@@ -1,0 +1,135 @@
+// Reads the kernel entries weft owns, diffs them against the desired state and applies the
+// difference in one batch. Ownership: routes with weft's protocol number whose destination lies in
+// the cluster network; permanent neighbours, FDB entries and weft-protocol nexthop objects on
+// devices weft created.
+import type { IPNet } from '../../util/ip.js';
+import type { Logger } from '../../util/log.js';
+import { WEFT_ROUTE_PROTOCOL, MAIN_TABLE, type Netlink, type NetlinkOp } from '../../netlink/index.js';
+import { diffState, type ActualState, type DesiredState, type KernelOp, type NexthopSpec, type Repairs, type RouteSpec } from './diff.js';
+
+export interface ProgramScope {
+  /** The cluster networks (one per enabled family): only routes inside them are weft's. */
+  readonly networks: readonly IPNet[];
+  /** Devices whose permanent neighbours, FDB entries and nexthops weft owns, with their family. */
+  readonly l2Devices: ReadonlyArray<{ readonly index: number; readonly family: 4 | 6 }>;
+  /**
+   * Route onlink routes on those devices through nexthop objects: the kernel inserts them several
+   * times faster than routes with a gateway each (shared/research/kernel-routes.md).
+   */
+  readonly useNexthops: boolean;
+}
+
+export interface ProgramResult {
+  readonly repairs: Repairs;
+  readonly ops: number;
+  readonly failures: number;
+}
+
+const ZERO_MAC = '00:00:00:00:00:00';
+/** Nexthop ids weft allocates start here, away from the small ids other tools pick by hand. */
+const NEXTHOP_ID_BASE = 0x57000000;
+
+export async function readActual(nl: Netlink, scope: ProgramScope): Promise<ActualState & { allNexthopIds: Set<number> }> {
+  const families = [...new Set(scope.networks.map((n) => n.family))];
+  const devices = new Set(scope.l2Devices.map((d) => d.index));
+  const [routeLists, neighLists, fdbLists, nexthops] = await Promise.all([
+    Promise.all(families.map((family) => nl.routes({ family, protocol: WEFT_ROUTE_PROTOCOL, table: MAIN_TABLE }))),
+    Promise.all(scope.l2Devices.map((d) => nl.neighbours(d.index, d.family))),
+    Promise.all([...devices].map((i) => nl.fdb(i))),
+    scope.useNexthops ? nl.nexthops() : Promise.resolve([]),
+  ]);
+  const routes = routeLists
+    .flat()
+    .filter((r) => r.oif !== null && scope.networks.some((n) => n.containsNet(r.dst)))
+    .map((r) => ({ dst: r.dst, gateway: r.gateway, oif: r.oif!, onlink: r.onlink, nhid: r.nhid }));
+  const neighbours = neighLists
+    .flat()
+    .filter((n) => n.permanent && n.mac !== null)
+    .map((n) => ({ ifindex: n.ifindex, ip: n.ip, mac: n.mac! }));
+  const fdb = fdbLists
+    .flat()
+    .filter((f) => f.self && f.permanent && f.dst !== null && f.mac !== ZERO_MAC)
+    .map((f) => ({ ifindex: f.ifindex, mac: f.mac, dst: f.dst! }));
+  const owned = nexthops
+    .filter((n) => n.protocol === WEFT_ROUTE_PROTOCOL && n.oif !== null && devices.has(n.oif) && n.gateway !== null)
+    .map((n) => ({ id: n.id, gateway: n.gateway!, oif: n.oif!, onlink: n.onlink }));
+  return { routes, neighbours, fdb, nexthops: owned, allNexthopIds: new Set(nexthops.map((n) => n.id)) };
+}
+
+/**
+ * Gives every onlink route on a weft device a nexthop object: an existing one of ours with the
+ * same next hop is adopted (stable ids across restarts), else a free id is taken.
+ */
+function withNexthops(
+  desired: DesiredState,
+  actual: ActualState & { allNexthopIds: Set<number> },
+  scope: ProgramScope,
+): DesiredState {
+  const devices = new Set(scope.l2Devices.map((d) => d.index));
+  const key = (gw: string, oif: number, onlink: boolean) => `${gw} ${oif} ${onlink}`;
+  const existing = new Map((actual.nexthops ?? []).map((n) => [key(n.gateway.toString(), n.oif, n.onlink), n.id]));
+  const used = new Set(actual.allNexthopIds);
+  let next = NEXTHOP_ID_BASE;
+  const nexthops = new Map<string, NexthopSpec>();
+  const routes: RouteSpec[] = desired.routes.map((r) => {
+    if (!r.gateway || !r.onlink || !devices.has(r.oif)) return r;
+    const k = key(r.gateway.toString(), r.oif, r.onlink);
+    let nh = nexthops.get(k);
+    if (!nh) {
+      let id = existing.get(k);
+      if (id === undefined) {
+        while (used.has(next)) next++;
+        id = next;
+      }
+      used.add(id);
+      nh = { id, gateway: r.gateway, oif: r.oif, onlink: r.onlink };
+      nexthops.set(k, nh);
+    }
+    return { ...r, nhid: nh.id };
+  });
+  return { ...desired, routes, nexthops: [...nexthops.values()] };
+}
+
+function toNetlinkOp(op: KernelOp): NetlinkOp {
+  switch (op.kind) {
+    case 'route-replace': {
+      const { dst, gateway, oif, onlink, nhid } = op.route;
+      return { kind: op.kind, route: nhid ? { dst, gateway: null, oif: null, onlink: false, nhid } : { dst, gateway, oif, onlink } };
+    }
+    case 'route-delete': {
+      // An IPv4 route through a nexthop object only matches a delete by dst (and nhid).
+      const { dst, gateway, oif, nhid } = op.route;
+      return { kind: op.kind, route: nhid ? { dst, nhid } : { dst, gateway, oif } };
+    }
+    case 'neigh-replace':
+      return { kind: op.kind, neigh: { ifindex: op.neigh.ifindex, ip: op.neigh.ip, mac: op.neigh.mac } };
+    case 'neigh-delete':
+      return { kind: op.kind, neigh: { ifindex: op.neigh.ifindex, ip: op.neigh.ip } };
+    case 'fdb-replace':
+    case 'fdb-delete':
+      return { kind: op.kind, fdb: { ifindex: op.fdb.ifindex, mac: op.fdb.mac, dst: op.fdb.dst } };
+    case 'nexthop-replace':
+      return { kind: op.kind, nexthop: { ...op.nexthop } };
+    case 'nexthop-delete':
+      return { kind: op.kind, nexthop: { id: op.nexthop.id } };
+  }
+}
+
+/** One reconcile pass: dump, diff, apply. Failed operations are logged and retried next pass. */
+export async function program(
+  nl: Netlink,
+  scope: ProgramScope,
+  desired: DesiredState,
+  logger: Logger,
+): Promise<ProgramResult> {
+  const actual = await readActual(nl, scope);
+  const want = scope.useNexthops ? withNexthops(desired, actual, scope) : desired;
+  const { ops, repairs } = diffState(want, actual);
+  if (ops.length === 0) return { repairs, ops: 0, failures: 0 };
+  const result = await nl.apply(ops.map(toNetlinkOp));
+  for (const f of result.failures.slice(0, 10)) {
+    logger.warn('kernel operation failed; retrying on the next reconcile', { op: f.error.op, errno: f.error.errno });
+  }
+  if (result.failures.length > 10) logger.warn(`${result.failures.length - 10} more kernel operations failed`);
+  return { repairs, ops: ops.length, failures: result.failures.length };
+}
