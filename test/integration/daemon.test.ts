@@ -167,7 +167,7 @@ describe('weftd daemons against etcd', function () {
       await client.put(`${prefix}/config`).value('{"Network":"10.6.0.0/16","Backend":{"Type":"bogus"}}');
       const p = weftd(['--public-ip', '10.23.0.2', '--subnet-file', join(dir, `bk${n}`, 'subnet.env')]);
       assert.equal((await p.exited).code, 1);
-      assert.match(p.output, /Backend\.Type "bogus": unknown backend type \(known types: alloc\)/);
+      assert.match(p.output, /Backend\.Type "bogus": unknown backend type \(known types: alloc, host-gw, vxlan\)/);
       assert.deepEqual(await leases(), {});
     });
 

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { Cluster, type Host } from '../helpers/cluster.js';
-import { ipn, lines, sh } from '../helpers/netns.js';
+import { ipn, lines, nsExec, sh } from '../helpers/netns.js';
 import { waitFor } from '../helpers/wait.js';
 
 interface StoredLease {
@@ -96,6 +96,8 @@ describe('vxlan backend: three hosts in namespaces', function () {
       );
       assert.match(await ipn(h.ns, 'addr', 'show', 'dev', 'flannel.1'), new RegExp(`inet ${own.subnet.split('/')[0]}/32 `));
       assert.equal(h.subnetEnv().FLANNEL_MTU, '1450');
+      // Offload stays as the kernel made it unless DisableTxChecksumOffload asks otherwise.
+      assert.match(await nsExec(h.ns, 'ethtool', '-k', 'flannel.1'), /^\s*tx-checksum-ip-generic: on$/m);
     }
     await waitFor(() => c.allPodsReachable(), { timeoutMs: 30_000, what: 'every pod to ping every other pod' });
   });
