@@ -8,11 +8,17 @@ import { etcdConnectOptions, normalizeGoFlags, type EtcdFlags } from './flags.js
 import { leaseRow, renderTable, sortRows } from './leases-table.js';
 
 async function leasesCommand(args: EtcdFlags & { output: 'table' | 'json' }): Promise<number> {
-  const manager = new EtcdSubnetManager({
-    ...etcdConnectOptions(args),
-    knownBackends: [],
-    logger: createLogger({ level: 'error' }),
-  });
+  let manager: EtcdSubnetManager;
+  try {
+    manager = new EtcdSubnetManager({
+      ...etcdConnectOptions(args),
+      knownBackends: [],
+      logger: createLogger({ level: 'error' }),
+    });
+  } catch (e) {
+    process.stderr.write(`weft leases: ${(e as Error).message}\n`);
+    return 2;
+  }
   try {
     const rows = sortRows((await manager.listLeases()).map(leaseRow));
     process.stdout.write(args.output === 'json' ? `${JSON.stringify(rows, null, 2)}\n` : renderTable(rows));

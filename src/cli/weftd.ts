@@ -39,14 +39,20 @@ async function main(argv: string[]): Promise<number> {
     logger.warn('ignoring the previous subnet file', { error: e.message });
     return { subnet: null, ipv6Subnet: null };
   });
-  const manager = new EtcdSubnetManager({
+  let manager: EtcdSubnetManager;
+  try {
+    manager = new EtcdSubnetManager({
     ...etcdConnectOptions(flags),
     knownBackends: backends.types,
     logger: logger.child({ component: 'etcd' }),
     previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet },
     renewMarginSeconds: flags.subnetLeaseRenewMargin * 60,
     onStoreError: (op) => metrics.storeErrors.inc({ op }),
-  });
+    });
+  } catch (e) {
+    process.stderr.write(`weftd: ${(e as Error).message}\n`);
+    return 2;
+  }
   const daemon = new Daemon(
     {
       iface: {

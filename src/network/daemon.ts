@@ -217,7 +217,8 @@ export class Daemon {
       } catch (e) {
         if (e instanceof ConfigError) throw new FatalError(`invalid network config: ${e.message}`);
         if (!(e instanceof ConfigNotFoundError)) this.deps.metrics.storeErrors.inc({ op: 'config' });
-        say('config', 'warn', 'waiting for the network config', { error: (e as Error).message });
+        // Each distinct reason once per interval: a new reason is news.
+        say(`config ${(e as Error).message}`, 'warn', 'waiting for the network config', { error: (e as Error).message });
         await delay(1000, signal);
       }
     }
@@ -234,7 +235,7 @@ export class Daemon {
         if (e instanceof AbortedError || signal.aborted) throw new AbortedError();
         if (!(e instanceof StoreUnavailableError)) throw new FatalError(`acquiring a lease: ${(e as Error).message}`);
         this.deps.metrics.storeErrors.inc({ op });
-        say(op, 'warn', 'lease store unavailable; retrying', { error: (e as Error).message });
+        say(`${op} ${(e as Error).message}`, 'warn', 'lease store unavailable; retrying', { error: (e as Error).message });
         await backoff.wait(signal);
       }
     }

@@ -248,7 +248,8 @@ export class EtcdSubnetManager implements SubnetManager {
               void cancelWatcher(w);
               this.opts.onStoreError?.('watch');
               log.warn('etcd watch cancelled; listing again', { error: err.message });
-              void start();
+              const again = EtcdRegistry.isAuthError(err) ? this.registry.reconnect(err.message) : Promise.resolve();
+              void again.then(start);
             });
             backoff.reset();
             return;
@@ -316,7 +317,11 @@ export class EtcdSubnetManager implements SubnetManager {
         w.on('put', (kv) => {
           if (kv.lease !== stored.etcdLease) lost.abort();
         });
-        w.on('error', () => lost.abort()); // compacted: re-check by re-acquiring (reuses our key if still there)
+        // Compacted or refused: re-check by re-acquiring (which reuses our key if still there).
+        w.on('error', (err) => {
+          if (EtcdRegistry.isAuthError(err)) void this.registry.reconnect(err.message);
+          lost.abort();
+        });
         return w;
       } catch (e) {
         if (!(e instanceof StoreUnavailableError)) throw e;

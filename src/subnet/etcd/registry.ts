@@ -41,17 +41,55 @@ export interface Listing {
   readonly revision: string;
 }
 
+/** The etcd connection flags do not make sense together; nothing was sent. */
+export class EtcdOptionsError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'EtcdOptionsError';
+  }
+}
+
+/** Unary requests give up after this long (etcd3 retries 3 times); streams have no deadline. */
+const REQUEST_DEADLINE_MS = 5000;
+/** A watch that is not created within this time is stuck (see reconnect()). */
+const WATCH_CREATE_TIMEOUT_MS = 10_000;
+
 export class EtcdRegistry {
-  readonly client: Etcd3;
+  private current: Etcd3;
   private readonly subnetsPrefix: string;
   private readonly reported = new Set<string>();
+  private reconnecting: Promise<void> | null = null;
 
   constructor(
     readonly opts: EtcdConnectOptions,
     private readonly logger: Logger,
   ) {
     this.subnetsPrefix = `${trimSlash(opts.prefix)}/subnets/`;
-    this.client = new Etcd3(clientOptions(opts, logger));
+    this.current = new Etcd3(clientOptions(opts, logger));
+  }
+
+  get client(): Etcd3 {
+    return this.current;
+  }
+
+  /**
+   * Replaces the client. etcd3 1.1.2 refreshes an expired or invalidated auth token (etcd restart,
+   * idle TTL) only for unary calls: a watch is refused with "invalid auth token" and, worse, every
+   * later watch creation on that client hangs. A fresh client authenticates again.
+   */
+  reconnect(reason: string): Promise<void> {
+    this.reconnecting ??= (async () => {
+      this.logger.warn('reconnecting to etcd', { reason });
+      const old = this.current;
+      this.current = new Etcd3(clientOptions(this.opts, this.logger));
+      retire(old);
+    })().finally(() => (this.reconnecting = null));
+    return this.reconnecting;
+  }
+
+  /** Whether a watch error means the client must authenticate again. */
+  static isAuthError(err: Error): boolean {
+    return /invalid auth token|Unauthenticated|auth token is expired/i.test(err.message);
   }
 
   get configKey(): string {
@@ -181,13 +219,31 @@ export class EtcdRegistry {
 
   /** Watches every lease key from `fromRevision`; the caller handles 'error' (compaction) by re-listing. */
   async watchSubnets(fromRevision: string): Promise<Watcher> {
-    return this.call('watch leases', () =>
+    return this.createWatch('watch leases', () =>
       this.client.watch().prefix(this.subnetsPrefix).startRevision(fromRevision).create(),
     );
   }
 
   async watchKey(key: string, fromRevision: string): Promise<Watcher> {
-    return this.call('watch lease', () => this.client.watch().key(key).startRevision(fromRevision).create());
+    return this.createWatch('watch lease', () => this.client.watch().key(key).startRevision(fromRevision).create());
+  }
+
+  /** A watch creation that hangs means a wedged client: replace it and let the caller retry. */
+  private async createWatch(op: string, create: () => Promise<Watcher>): Promise<Watcher> {
+    let timer: NodeJS.Timeout | undefined;
+    const pending = create();
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${WATCH_CREATE_TIMEOUT_MS} ms`)), WATCH_CREATE_TIMEOUT_MS);
+    });
+    try {
+      return await this.call(op, () => Promise.race([pending, timeout]));
+    } catch (e) {
+      pending.then((w) => void cancelWatcher(w), () => undefined);
+      await this.reconnect(`${op}: ${(e as Error).message}`);
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Turns watch events into lease events; what does not parse is reported once and skipped. */
@@ -207,7 +263,8 @@ export class EtcdRegistry {
   }
 
   async close(): Promise<void> {
-    this.client.close();
+    await this.reconnecting;
+    retire(this.current);
   }
 
   private parseKey(keyText: string): Pick<Lease, 'subnet' | 'ipv6Subnet'> | null {
@@ -272,10 +329,28 @@ function trimSlash(p: string): string {
   return p.replace(/\/+$/, '');
 }
 
+/**
+ * Closes a client for good. etcd3 keeps trying to re-establish watchers that were refused at
+ * creation even after close(), which would keep the process alive: drop them first.
+ */
+function retire(client: Etcd3): void {
+  const wm = (client as unknown as { watchManager?: { watchers?: unknown[] } }).watchManager;
+  if (wm && Array.isArray(wm.watchers)) wm.watchers = [];
+  client.close();
+}
+
 function clientOptions(opts: EtcdConnectOptions, logger: Logger): IOptions {
+  if (Boolean(opts.certFile) !== Boolean(opts.keyFile)) {
+    throw new EtcdOptionsError(
+      `--etcd-certfile and --etcd-keyfile go together (got ${opts.certFile ? 'a cert file without a key file' : 'a key file without a cert file'})`,
+    );
+  }
+  // Unary calls get a deadline so a silent endpoint fails instead of hanging; streams do not.
+  const callOptions = (ctx: { isStream: boolean }) =>
+    ctx.isStream ? {} : { deadline: Date.now() + REQUEST_DEADLINE_MS };
   const o: IOptions = {
     hosts: [...opts.endpoints],
-    dialTimeout: 3000,
+    defaultCallOptions: callOptions,
     ...(opts.grpcOptions ? { grpcOptions: opts.grpcOptions } : {}),
     // flannel's watch reconnect backoff: 100 ms doubling up to 5 s.
     // etcd3 types this as IBackoff but calls .next() on it first, as on its own default factory.
@@ -295,6 +370,6 @@ function clientOptions(opts: EtcdConnectOptions, logger: Logger): IOptions {
   } else if (opts.endpoints.some((e) => e.startsWith('https:'))) {
     logger.warn('https etcd endpoint without --etcd-cafile: using the system CA store');
   }
-  if (opts.username) o.auth = { username: opts.username, password: opts.password ?? '' };
+  if (opts.username) o.auth = { username: opts.username, password: opts.password ?? '', callOptions };
   return o;
 }
