@@ -218,7 +218,7 @@ export class Daemon {
         if (e instanceof ConfigError) throw new FatalError(`invalid network config: ${e.message}`);
         if (!(e instanceof ConfigNotFoundError)) this.deps.metrics.storeErrors.inc({ op: 'config' });
         // Each distinct reason once per interval: a new reason is news.
-        say(`config ${(e as Error).message}`, 'warn', 'waiting for the network config', { error: (e as Error).message });
+        say(`config ${reasonKey(e)}`, 'warn', 'waiting for the network config', { error: (e as Error).message });
         await delay(1000, signal);
       }
     }
@@ -235,7 +235,7 @@ export class Daemon {
         if (e instanceof AbortedError || signal.aborted) throw new AbortedError();
         if (!(e instanceof StoreUnavailableError)) throw new FatalError(`acquiring a lease: ${(e as Error).message}`);
         this.deps.metrics.storeErrors.inc({ op });
-        say(`${op} ${(e as Error).message}`, 'warn', 'lease store unavailable; retrying', { error: (e as Error).message });
+        say(`${op} ${reasonKey(e)}`, 'warn', 'lease store unavailable; retrying', { error: (e as Error).message });
         await backoff.wait(signal);
       }
     }
@@ -259,4 +259,9 @@ export class Daemon {
   private setExpiry(lease: Lease): void {
     this.deps.metrics.leaseExpiry.set(lease.expiration ? lease.expiration.getTime() / 1000 : 0);
   }
+}
+
+/** An error's message without numbers (ports, timestamps), to rate-limit logs per kind of failure. */
+function reasonKey(e: unknown): string {
+  return (e instanceof Error ? e.message : String(e)).replace(/\d+/g, '#');
 }
