@@ -101,6 +101,8 @@ export class Daemon {
     this.readyFlag = true;
     metrics.ready.set(1);
 
+    const watcher = new LeaseWatcher(() => this.lease);
+    const batcher = new EventBatcher();
     const onLease = (lease: Lease, how: AcquireHow) => {
       this.setExpiry(lease);
       if (how === 'renew') return;
@@ -116,14 +118,14 @@ export class Daemon {
         old: old ? leaseId(old) : null,
         new: leaseId(lease),
       });
+      // The old subnet may now be someone else's (that is usually why we moved): a peer.
+      batcher.push(watcher.apply({ kind: 'events', events: [] }));
       void backend
         .start(lease)
         .then(() => this.writeSubnetFile(config, lease, mtu))
         .catch((e: Error) => log.error('applying the new lease failed', { error: e.message }));
     };
 
-    const watcher = new LeaseWatcher(() => this.lease);
-    const batcher = new EventBatcher();
     try {
       await Promise.all([
         manager.keepLease(acquired.lease, onLease, signal),

@@ -14,70 +14,77 @@ export type RawLeaseEvent =
   | { readonly type: 'removed'; readonly lease: Pick<Lease, 'subnet' | 'ipv6Subnet'> };
 
 export class LeaseWatcher {
-  private readonly leases = new Map<string, Lease>();
+  /** Every lease in the store, ours included: a lease that stops being ours becomes a peer. */
+  private readonly all = new Map<string, Lease>();
+  private lastOwn: Lease | null = null;
 
-  /** `ownLease` is asked each time, since a re-acquired lease may differ from the first. */
+  /** `ownLease` is asked on every apply, since a re-acquired lease may differ from the first. */
   constructor(private readonly ownLease: () => Lease | null) {}
 
   get peers(): Lease[] {
-    return [...this.leases.values()];
+    const own = this.ownLease();
+    return [...this.all.values()].filter((l) => !(own && sameSubnet(own, l)));
   }
 
+  /**
+   * Applies a snapshot or a set of changes (an empty change set just re-checks our own lease)
+   * and returns what changed for the backend: Added for new or changed peers, Removed (with the
+   * last known attributes) for peers that went away or became our own subnet. Unchanged re-puts
+   * (renewals) give nothing.
+   */
   apply(result: WatchResult): LeaseEvent[] {
-    return result.kind === 'snapshot' ? this.reset(result.leases) : this.update(result.events);
-  }
-
-  /** Replaces the set: Added for new or changed leases, Removed for those no longer listed. */
-  reset(snapshot: readonly Lease[]): LeaseEvent[] {
-    const batch: LeaseEvent[] = [];
-    const next = new Map<string, Lease>();
-    for (const lease of snapshot) {
-      if (this.isOwn(lease)) continue;
-      const id = leaseId(lease);
-      next.set(id, lease);
-      const old = this.leases.get(id);
-      // flannel emits only new leases here; a peer whose attributes changed while we were not
-      // watching (e.g. a new VTEP MAC) must be re-programmed too.
-      if (!old || !sameAttrs(old, lease)) batch.push({ type: 'added', lease });
+    const prevOwn = this.lastOwn;
+    const own = this.ownLease();
+    this.lastOwn = own;
+    const wasPeer = (l: Lease) => !(prevOwn && sameSubnet(prevOwn, l));
+    const isPeer = (l: Lease) => !(own && sameSubnet(own, l));
+    // The peer each touched id was before this apply (null: none).
+    const before = new Map<string, Lease | null>();
+    const touch = (id: string) => {
+      if (before.has(id)) return;
+      const l = this.all.get(id);
+      before.set(id, l && wasPeer(l) ? l : null);
+    };
+    if ((prevOwn && leaseId(prevOwn)) !== (own && leaseId(own))) {
+      for (const [id, l] of this.all) if (!wasPeer(l) || !isPeer(l)) touch(id);
     }
-    for (const [id, old] of this.leases) {
-      if (!next.has(id)) batch.push({ type: 'removed', lease: old });
-    }
-    this.leases.clear();
-    for (const [id, l] of next) this.leases.set(id, l);
-    return batch;
-  }
-
-  /** Applies store events; unchanged re-puts (renewals) are dropped, removals carry the last attrs. */
-  update(events: readonly RawLeaseEvent[]): LeaseEvent[] {
-    const batch: LeaseEvent[] = [];
-    for (const ev of events) {
-      const id = leaseId(ev.lease);
-      if (ev.type === 'added') {
-        const old = this.leases.get(id);
-        if (this.isOwn(ev.lease)) {
-          // A subnet that became ours (re-acquired) is no longer a peer.
-          if (old) {
-            this.leases.delete(id);
-            batch.push({ type: 'removed', lease: old });
-          }
-          continue;
-        }
-        this.leases.set(id, ev.lease);
-        if (!old || !sameAttrs(old, ev.lease)) batch.push({ type: 'added', lease: ev.lease });
-      } else {
-        const old = this.leases.get(id);
-        if (!old) continue; // never known (or our own): nothing to undo
-        this.leases.delete(id);
-        batch.push({ type: 'removed', lease: old });
+    if (result.kind === 'snapshot') {
+      for (const id of this.all.keys()) touch(id);
+      this.all.clear();
+      for (const l of result.leases) {
+        touch(leaseId(l));
+        this.all.set(leaseId(l), l);
+      }
+    } else {
+      for (const ev of result.events) {
+        const id = leaseId(ev.lease);
+        touch(id);
+        if (ev.type === 'added') this.all.set(id, ev.lease);
+        else this.all.delete(id);
       }
     }
-    return batch;
+    // The net effect per lease, Added before Removed as in flannel's Reset.
+    const added: LeaseEvent[] = [];
+    const removed: LeaseEvent[] = [];
+    for (const [id, was] of before) {
+      const now = this.all.get(id);
+      const peer = now && isPeer(now) ? now : null;
+      // flannel's Reset emits only new leases; a peer whose attributes changed while we were not
+      // watching (e.g. a new VTEP MAC) must be re-programmed too.
+      if (peer && (!was || !sameAttrs(was, peer))) added.push({ type: 'added', lease: peer });
+      else if (!peer && was) removed.push({ type: 'removed', lease: was });
+    }
+    return [...added, ...removed];
   }
 
-  private isOwn(lease: Pick<Lease, 'subnet' | 'ipv6Subnet'>): boolean {
-    const own = this.ownLease();
-    return own !== null && sameSubnet(own, lease);
+  /** flannel's Reset: the whole set from a listing. */
+  reset(snapshot: readonly Lease[]): LeaseEvent[] {
+    return this.apply({ kind: 'snapshot', leases: snapshot });
+  }
+
+  /** flannel's Update: changes from the watch. */
+  update(events: readonly RawLeaseEvent[]): LeaseEvent[] {
+    return this.apply({ kind: 'events', events });
   }
 }
 

@@ -20,9 +20,11 @@ import {
   type SubnetManager,
 } from '../manager.js';
 import type { WatchResult } from '../watcher.js';
-import { cancelWatcher, EtcdRegistry, type EtcdConnectOptions, type StoredLease } from './registry.js';
+import { cancelWatcher, EtcdRegistry, type EtcdConnectOptions, type Listing, type StoredLease } from './registry.js';
 
 export const DEFAULT_LEASE_TTL_SECONDS = 24 * 3600;
+/** How long a start-up listing may be reused by the next step. */
+const LISTING_REUSE_MS = 10_000;
 
 export interface EtcdManagerOptions extends EtcdConnectOptions {
   readonly knownBackends: readonly string[];
@@ -48,6 +50,7 @@ export class EtcdSubnetManager implements SubnetManager {
   private readonly own = new Map<string, StoredLease>();
   private readonly ttl: number;
   private readonly margin: number;
+  private listing: { listing: Listing; at: number } | null = null;
 
   constructor(private readonly opts: EtcdManagerOptions) {
     this.registry = new EtcdRegistry(opts, opts.logger);
@@ -85,13 +88,17 @@ export class EtcdSubnetManager implements SubnetManager {
       for (let retries = 0; ; retries++) {
         if (signal?.aborted) throw new AbortedError();
         if (retries > maxRetries) throw new Error(`gave up acquiring a lease after ${maxRetries} lost races`);
-        const [{ leases }, granted] = await Promise.all([this.registry.list(), granting]);
+        // The first attempt may use the listing start-up already made: every write is a
+        // compare-and-swap, so a stale listing costs at most a lost race, never a duplicate.
+        const fresh = retries === 0 ? this.takeListing() : null;
+        const [listing, granted] = await Promise.all([fresh ?? this.registry.list(), granting]);
+        const { leases } = listing;
         granting = null;
         if (granted) spare = granted;
         const mine = leases.find((s) => s.lease.attrs.publicIP.equals(attrs.publicIP) && !attrs.publicIP.isUnspecified());
         if (mine && this.compatible(mine.lease, range4, range6)) {
           const reused = await this.registry.reuse(mine, attrs);
-          if (reused) return this.hold(reused, 'reuse', retries);
+          if (reused) return this.hold(reused, 'reuse', retries, listing);
           continue;
         }
         if (mine?.lease.reservation) {
@@ -120,7 +127,7 @@ export class EtcdSubnetManager implements SubnetManager {
             : this.preferred?.subnet?.equals(subnet)
               ? 'previous'
               : 'new';
-          return this.hold(created, how, retries);
+          return this.hold(created, how, retries, listing);
         }
       }
     } finally {
@@ -131,8 +138,23 @@ export class EtcdSubnetManager implements SubnetManager {
 
   async findOwnLease(publicIP: IPAddr): Promise<Lease | null> {
     if (publicIP.isUnspecified()) return null;
-    const { leases } = await this.registry.list();
-    return leases.find((s) => s.lease.attrs.publicIP.equals(publicIP))?.lease ?? null;
+    const listing = await this.registry.list();
+    this.keepListing(listing);
+    return listing.leases.find((s) => s.lease.attrs.publicIP.equals(publicIP))?.lease ?? null;
+  }
+
+  /**
+   * Start-up lists every lease up to three times (own lease, acquisition, watch); with thousands
+   * of peers each listing costs a few hundred ms. One recent listing is kept for the next user.
+   */
+  private keepListing(listing: Listing): void {
+    this.listing = { listing, at: Date.now() };
+  }
+
+  private takeListing(): Listing | null {
+    const kept = this.listing;
+    this.listing = null;
+    return kept && Date.now() - kept.at < LISTING_REUSE_MS ? kept.listing : null;
   }
 
   async renewLease(lease: Lease): Promise<Lease> {
@@ -226,7 +248,9 @@ export class EtcdSubnetManager implements SubnetManager {
         while (!signal.aborted) {
           try {
             await stopWatcher();
-            const listing = await this.registry.list();
+            // The watch replays everything after the listing's revision, so an older listing
+            // loses nothing; it only means more events to apply.
+            const listing = this.takeListing() ?? (await this.registry.list());
             const w = await this.registry.watchSubnets((BigInt(listing.revision) + 1n).toString());
             if (signal.aborted) {
               await cancelWatcher(w);
@@ -295,7 +319,8 @@ export class EtcdSubnetManager implements SubnetManager {
     return this.opts.random ?? cryptoRandomBelow;
   }
 
-  private hold(stored: StoredLease, how: AcquireHow, retries: number): AcquiredLease {
+  private hold(stored: StoredLease, how: AcquireHow, retries: number, listing?: Listing): AcquiredLease {
+    if (listing) this.keepListing(listing);
     this.own.set(leaseId(stored.lease), stored);
     this.preferred = { subnet: stored.lease.subnet, ipv6Subnet: stored.lease.ipv6Subnet };
     return { lease: stored.lease, how, retries };
