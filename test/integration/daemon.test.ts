@@ -8,19 +8,11 @@ import { Etcd3 } from 'etcd3';
 import { EtcdServer, freePort } from '../helpers/etcd.js';
 import { waitFor } from '../helpers/wait.js';
 import { WeftdProcess } from '../helpers/weftd.js';
+import { httpGet } from '../helpers/http.js';
 
 const LO_MTU = Number(readFileSync('/sys/class/net/lo/mtu', 'utf8'));
 // One exposition line: `name{labels} value` (comments and blank lines aside).
 const PROM_LINE = /^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*",?)*\})? -?([0-9.e+-]+|NaN|\+Inf|-Inf)$/;
-
-async function httpGet(port: number, path: string): Promise<{ status: number; body: string } | null> {
-  try {
-    const res = await fetch(`http://127.0.0.1:${port}${path}`);
-    return { status: res.status, body: await res.text() };
-  } catch {
-    return null;
-  }
-}
 
 describe('weftd daemons against etcd', function () {
   this.timeout(180_000);

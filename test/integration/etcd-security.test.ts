@@ -18,6 +18,7 @@ import { makeTestPki, type TestPki } from '../helpers/certs.js';
 import { EtcdctlError, EtcdServer, freePort } from '../helpers/etcd.js';
 import { waitFor } from '../helpers/wait.js';
 import { WeftdProcess } from '../helpers/weftd.js';
+import { httpGet } from '../helpers/http.js';
 
 const execFileP = promisify(execFile);
 const NETWORK = IPNet.parse('10.7.0.0/16');
@@ -47,15 +48,6 @@ async function rejectionOf(what: string, p: Promise<unknown>, withinMs = FAIL_WI
     clearTimeout(timer);
   }
   assert.fail(`${what} succeeded but should have failed`);
-}
-
-async function httpGet(port: number, path: string): Promise<{ status: number; body: string } | null> {
-  try {
-    const res = await fetch(`http://127.0.0.1:${port}${path}`);
-    return { status: res.status, body: await res.text() };
-  } catch {
-    return null;
-  }
 }
 
 /**
