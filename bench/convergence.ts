@@ -633,42 +633,6 @@ function logTime(output: string, match: (l: LogLine) => boolean): number | null 
   return l ? Date.parse(l.time) : null;
 }
 
-/** What the bench needs of a running weftd; test/helpers' WeftdProcess has it. */
-type Weftd = Pick<WeftdProcess, 'proc' | 'output' | 'exited' | 'running' | 'stop' | 'kill'>;
-
-/**
- * weftd under `node --cpu-prof` (Node refuses --cpu-prof in NODE_OPTIONS, so WeftdProcess cannot
- * do it): the profile is written when weftd exits after SIGTERM.
- */
-class ProfiledWeftd implements Weftd {
-  output = '';
-  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-
-  private constructor(readonly proc: ChildProcess) {
-    proc.stdout?.on('data', (d: Buffer) => (this.output += d.toString()));
-    proc.stderr?.on('data', (d: Buffer) => (this.output += d.toString()));
-    this.exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
-  }
-
-  static start(args: readonly string[], env: NodeJS.ProcessEnv, netns: string, dir: string, name: string): ProfiledWeftd {
-    const argv = ['netns', 'exec', netns, process.execPath, '--cpu-prof', `--cpu-prof-dir=${dir}`, `--cpu-prof-name=${name}`, join(ROOT, 'bin/weftd'), ...args];
-    return new ProfiledWeftd(spawn('ip', argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }));
-  }
-
-  get running(): boolean {
-    return this.proc.exitCode === null && this.proc.signalCode === null;
-  }
-
-  async stop(): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-    if (this.running) this.proc.kill('SIGTERM');
-    return this.exited;
-  }
-
-  kill(): void {
-    if (this.running) this.proc.kill('SIGKILL');
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 
 interface Settled {
@@ -728,7 +692,7 @@ class Bench {
   private readonly namespaces: string[] = [];
   private etcd: ChildProcess | null = null;
   agent: AgentClient | null = null;
-  weftd: Weftd | null = null;
+  weftd: WeftdProcess | null = null;
   private weftdSeq = 0;
   private weftdName = '';
   private destroyed = false;
@@ -791,7 +755,7 @@ class Bench {
     return this.agent;
   }
 
-  startWeftd(tag: string): Weftd {
+  startWeftd(tag: string): WeftdProcess {
     const args = [
       '--etcd-endpoints', ETCD_URL, '--iface', 'eth0', '--subnet-file', this.subnetFile,
       '--healthz-ip', '127.0.0.1', '--healthz-port', String(HEALTHZ_PORT),
@@ -799,9 +763,9 @@ class Bench {
     ];
     this.weftdSeq++;
     this.weftdName = `weftd-${this.weftdSeq}-${tag}`;
-    this.weftd = cpuProfDir
-      ? ProfiledWeftd.start(args, this.daemonEnv, this.node, cpuProfDir, `${this.weftdName}.cpuprofile`)
-      : WeftdProcess.start(args, this.daemonEnv, this.node);
+    // --cpu-prof writes the profile when weftd exits after SIGTERM.
+    const prof = cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`, `--cpu-prof-name=${this.weftdName}.cpuprofile`] : [];
+    this.weftd = WeftdProcess.start(args, this.daemonEnv, this.node, prof);
     return this.weftd;
   }
 
@@ -827,7 +791,7 @@ class Bench {
     if (c.routes !== 0 || c.neighbours !== 0 || c.fdb !== 0) throw new BenchError(`node namespace not clean: ${JSON.stringify(c)}`);
   }
 
-  private async afterConvergence(w: Weftd, n: number, tag: string): Promise<{ metrics: WeftMetrics; applied: number }> {
+  private async afterConvergence(w: WeftdProcess, n: number, tag: string): Promise<{ metrics: WeftMetrics; applied: number }> {
     // weftd logs the batch after apply() returns; the poller may have seen the kernel first.
     const applied = await waitFor(
       () => {
@@ -842,7 +806,7 @@ class Bench {
   }
 
   /** Memory once weftd has sat at N peers for a while (a periodic reconcile included by default). */
-  private async settle(w: Weftd, n: number): Promise<Settled | null> {
+  private async settle(w: WeftdProcess, n: number): Promise<Settled | null> {
     if (this.settleMs <= 0 || n !== this.largest) return null;
     const before = await this.a.call('metrics', {});
     await sleep(this.settleMs);
@@ -852,7 +816,7 @@ class Bench {
   }
 
   /** Waits for the agent's convergence answer, failing at once when weftd dies. */
-  private async whileRunning<T>(w: Weftd, p: Promise<T>): Promise<T> {
+  private async whileRunning<T>(w: WeftdProcess, p: Promise<T>): Promise<T> {
     return Promise.race([
       p,
       w.exited.then((e) => {

@@ -24,9 +24,18 @@ export class WeftdProcess {
     );
   }
 
-  /** With `netns`, runs under `ip netns exec`, which execs weftd itself (signals reach it directly). */
-  static start(args: readonly string[], env: NodeJS.ProcessEnv = {}, netns?: string): WeftdProcess {
-    const [cmd, argv] = netns ? ['ip', ['netns', 'exec', netns, BIN, ...args]] : [BIN, [...args]];
+  /**
+   * With `netns`, runs under `ip netns exec`, which execs weftd itself (signals reach it directly).
+   * `nodeArgs` (e.g. --cpu-prof, which NODE_OPTIONS refuses) run bin/weftd through node with them.
+   */
+  static start(
+    args: readonly string[],
+    env: NodeJS.ProcessEnv = {},
+    netns?: string,
+    nodeArgs: readonly string[] = [],
+  ): WeftdProcess {
+    const daemon = nodeArgs.length > 0 ? [process.execPath, ...nodeArgs, BIN, ...args] : [BIN, ...args];
+    const [cmd, argv] = netns ? ['ip', ['netns', 'exec', netns, ...daemon]] : [daemon[0]!, daemon.slice(1)];
     return new WeftdProcess(
       spawn(cmd, argv, { env: { ...process.env, WEFT_FROM_SOURCE: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }),
     );
