@@ -55,6 +55,21 @@ async function rejectionOf(what: string, p: Promise<unknown>, withinMs = FAIL_WI
  * after close(): a timer loop that keeps the process alive. A watch creation that hangs (the
  * auth-token test below) leaves such a watcher behind; drop it so that a failing run still exits.
  */
+/** A daemon's lease: exactly one key for its public IP, flannel's alloc value, and a matching subnet.env. */
+async function assertDaemonLease(client: Etcd3, prefix: string, publicIP: string, subnetFile: string): Promise<void> {
+  const stored = await client.getAll().prefix(`${prefix}/subnets/`).strings();
+  const mine = Object.entries(stored).filter(([, v]) => (JSON.parse(v) as { PublicIP: string }).PublicIP === publicIP);
+  assert.equal(mine.length, 1, JSON.stringify(stored));
+  const [key, value] = mine[0]!;
+  assert.equal(value, `{"PublicIP":"${publicIP}","PublicIPv6":null}`);
+  const subnet = IPNet.parse(key.slice(key.lastIndexOf('/') + 1).replace('-', '/'));
+  assert.ok(NETWORK.containsNet(subnet));
+  assert.equal(
+    readFileSync(subnetFile, 'utf8'),
+    `FLANNEL_NETWORK=10.7.0.0/16\nFLANNEL_SUBNET=${subnet.nth(1n)}/24\nFLANNEL_MTU=${LO_MTU}\nFLANNEL_IPMASQ=false\n`,
+  );
+}
+
 /** Managers made by a suite, closed in its after hook. */
 function managerFactory(endpoint: () => string, prefix: string) {
   const made: EtcdSubnetManager[] = [];
@@ -236,17 +251,7 @@ describe('etcd over TLS with client certificates', function () {
     ]);
     procs.push(p);
     await waitFor(async () => (await httpGet(port, '/readyz'))?.status === 200, { timeoutMs: 60_000, what: `weftd ready: ${p.output}` });
-    const stored = await client.getAll().prefix(`${prefix}/subnets/`).strings();
-    const mine = Object.entries(stored).filter(([, v]) => (JSON.parse(v) as { PublicIP: string }).PublicIP === '10.0.0.2');
-    assert.equal(mine.length, 1, JSON.stringify(stored));
-    const [key, value] = mine[0]!;
-    assert.equal(value, '{"PublicIP":"10.0.0.2","PublicIPv6":null}');
-    const subnet = IPNet.parse(key.slice(key.lastIndexOf('/') + 1).replace('-', '/'));
-    assert.ok(NETWORK.containsNet(subnet));
-    assert.equal(
-      readFileSync(subnetFile, 'utf8'),
-      `FLANNEL_NETWORK=10.7.0.0/16\nFLANNEL_SUBNET=${subnet.nth(1n)}/24\nFLANNEL_MTU=${LO_MTU}\nFLANNEL_IPMASQ=false\n`,
-    );
+    await assertDaemonLease(client, prefix, '10.0.0.2', subnetFile);
     assert.equal((await p.stop()).code, 0);
   });
 
@@ -365,16 +370,7 @@ describe('etcd with username/password auth', function () {
     const subnetFile = join(dir, 'auth1', 'subnet.env');
     const p = weftd(['--etcd-username', 'weft', '--etcd-password', 'weftpw', '--public-ip', '10.0.1.4', '--subnet-file', subnetFile, '--healthz-port', String(port)]);
     await waitFor(async () => (await httpGet(port, '/readyz'))?.status === 200, { timeoutMs: 60_000, what: `weftd ready: ${p.output}` });
-    const stored = await root.getAll().prefix(`${prefix}/subnets/`).strings();
-    const mine = Object.entries(stored).filter(([, v]) => v === '{"PublicIP":"10.0.1.4","PublicIPv6":null}');
-    assert.equal(mine.length, 1, JSON.stringify(stored));
-    const key = mine[0]![0];
-    const subnet = IPNet.parse(key.slice(key.lastIndexOf('/') + 1).replace('-', '/'));
-    assert.ok(NETWORK.containsNet(subnet));
-    assert.equal(
-      readFileSync(subnetFile, 'utf8'),
-      `FLANNEL_NETWORK=10.7.0.0/16\nFLANNEL_SUBNET=${subnet.nth(1n)}/24\nFLANNEL_MTU=${LO_MTU}\nFLANNEL_IPMASQ=false\n`,
-    );
+    await assertDaemonLease(root, prefix, '10.0.1.4', subnetFile);
     assert.equal((await p.stop()).code, 0);
   });
 
