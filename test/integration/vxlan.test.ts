@@ -180,11 +180,15 @@ describe('vxlan backend: three hosts in namespaces', function () {
     const monitor = spawn('ip', ['-n', h.ns, 'monitor', 'route', 'neigh']);
     let events = '';
     monitor.stdout.on('data', (d: Buffer) => (events += d.toString()));
+    // A marker route proves the monitor is subscribed before the daemon dies.
+    await ipn(h.ns, 'route', 'add', '192.0.2.1/32', 'dev', 'lo');
+    await waitFor(() => events.includes('192.0.2.1'), { what: 'ip monitor subscribed' });
     h.weftd!.kill();
     await h.weftd!.exited;
     await h.startWeftd();
     await waitFor(async () => /^weft_lease_batches_applied_total [1-9]/m.test(await h.metrics()), { timeoutMs: 30_000, what: 'the first batch applied after restart' });
     monitor.kill();
+    await ipn(h.ns, 'route', 'del', '192.0.2.1/32', 'dev', 'lo');
     const deletions = events.split('\n').filter((l) => l.startsWith('Deleted'));
     assert.deepEqual(deletions, [], 'no entry removed during the restart');
     const after = (await leases(c)).get(h.underlayIP)!;
