@@ -31,7 +31,6 @@ async function main(argv: string[]): Promise<number> {
     logger.error('--kube-subnet-mgr is not available in this version of weftd; use the etcd subnet manager');
     return 1;
   }
-  if (flags.ipMasq) logger.warn('--ip-masq: masquerade rules are not installed by this version; FLANNEL_IPMASQ is written');
 
   const backends = defaultBackends();
   const metrics = new DaemonMetrics();
@@ -64,6 +63,9 @@ async function main(argv: string[]): Promise<number> {
       },
       subnetFile: flags.subnetFile,
       ipMasq: flags.ipMasq,
+      forwardRules: flags.iptablesForwardRules,
+      fullyRandomDisable: flags.ipMasqFullyRandomDisable,
+      rulesResync: flags.iptablesResync,
       reconcileInterval: flags.reconcileInterval,
     },
     { manager, backends, logger, metrics },

@@ -14,12 +14,20 @@ import { EventBatcher } from './batcher.js';
 import { selectExternalInterface, type ExternalInterface, type IfaceOptions, type SystemView } from './iface.js';
 import type { DaemonMetrics } from './metrics.js';
 import { writeSubnetEnv } from './subnetenv.js';
+import { RuleKeeper, type Runner } from '../ipmasq/keeper.js';
+import type { FamilyInput } from '../ipmasq/model.js';
+import { CommandError } from '../util/exec.js';
 
 export interface DaemonOptions {
   /** Interface flags; the address families come from the network config. */
   readonly iface: Omit<IfaceOptions, 'enableIPv4' | 'enableIPv6'>;
   readonly subnetFile: string;
   readonly ipMasq: boolean;
+  /** `--iptables-forward-rules`: accept rules for the cluster network in FORWARD. */
+  readonly forwardRules: boolean;
+  readonly fullyRandomDisable: boolean;
+  /** Seconds between masquerade/forward rule checks (`--iptables-resync`); 0 disables. */
+  readonly rulesResync: number;
   /** Seconds between backend drift repairs; 0 disables. */
   readonly reconcileInterval: number;
 }
@@ -30,6 +38,8 @@ export interface DaemonDeps {
   readonly logger: Logger;
   readonly metrics: DaemonMetrics;
   readonly systemView?: SystemView;
+  /** Runs iptables/nft; tests may inject one. */
+  readonly ruleRunner?: Runner;
 }
 
 /** The daemon cannot go on; the message says why in one line. */
@@ -98,6 +108,9 @@ export class Daemon {
     });
     await backend.start(acquired.lease);
     await this.writeSubnetFile(config, acquired.lease, mtu);
+    const rules = this.ruleKeeper(config);
+    rules.setInput(ruleInputs(config, acquired.lease));
+    await this.syncRules(rules, true);
     this.readyFlag = true;
     metrics.ready.set(1);
 
@@ -120,9 +133,11 @@ export class Daemon {
       });
       // The old subnet may now be someone else's (that is usually why we moved): a peer.
       batcher.push(watcher.apply({ kind: 'events', events: [] }));
+      rules.setInput(ruleInputs(config, lease));
       void backend
         .start(lease)
         .then(() => this.writeSubnetFile(config, lease, mtu))
+        .then(() => this.syncRules(rules, false))
         .catch((e: Error) => log.error('applying the new lease failed', { error: e.message }));
     };
 
@@ -132,6 +147,7 @@ export class Daemon {
         this.receiveEvents(watcher, batcher, signal),
         this.applyBatches(backend, watcher, batcher, signal),
         this.reconcileLoop(backend, watcher, signal),
+        this.rulesLoop(rules, signal),
       ]);
     } finally {
       await backend.close();
@@ -185,6 +201,45 @@ export class Daemon {
       } finally {
         end();
       }
+    }
+  }
+
+  private ruleKeeper(config: NetworkConfig): RuleKeeper {
+    const mode = config.enableNFTables ? 'nftables' : 'iptables';
+    return new RuleKeeper({
+      mode,
+      masq: this.opts.ipMasq,
+      forward: this.opts.forwardRules,
+      fullyRandomDisable: this.opts.fullyRandomDisable,
+      logger: this.deps.logger.child({ component: mode }),
+      metrics: this.deps.metrics,
+      ...(this.deps.ruleRunner ? { runner: this.deps.ruleRunner } : {}),
+    });
+  }
+
+  /** One rule pass; a missing iptables/nft program at start is fatal, anything else is retried by the loop. */
+  private async syncRules(rules: RuleKeeper, atStart: boolean): Promise<void> {
+    try {
+      await rules.reconcile();
+      this.deps.metrics.ruleChecks.inc();
+    } catch (e) {
+      if (atStart && e instanceof CommandError && e.notFound) {
+        throw new FatalError(`masquerade/forward rules: ${e.command} not found; install it, or run without --ip-masq and with --iptables-forward-rules=false`);
+      }
+      this.deps.metrics.recordRuleError();
+      this.deps.logger.error('masquerade/forward rules could not be applied; retrying at the next resync', { error: (e as Error).message });
+    }
+  }
+
+  private async rulesLoop(rules: RuleKeeper, signal: AbortSignal): Promise<void> {
+    if (this.opts.rulesResync <= 0) return;
+    while (!signal.aborted) {
+      try {
+        await delay(this.opts.rulesResync * 1000, signal);
+      } catch {
+        return;
+      }
+      await this.syncRules(rules, false);
     }
   }
 
@@ -261,6 +316,14 @@ export class Daemon {
   private setExpiry(lease: Lease): void {
     this.deps.metrics.leaseExpiry.set(lease.expiration ? lease.expiration.getTime() / 1000 : 0);
   }
+}
+
+/** The rule model's inputs: per enabled family, the cluster network and our subnet. */
+function ruleInputs(config: NetworkConfig, lease: Lease): FamilyInput[] {
+  const out: FamilyInput[] = [];
+  if (config.enableIPv4 && config.network && lease.subnet) out.push({ network: config.network, subnet: lease.subnet });
+  if (config.enableIPv6 && config.ipv6Network && lease.ipv6Subnet) out.push({ network: config.ipv6Network, subnet: lease.ipv6Subnet });
+  return out;
 }
 
 /** An error's message without numbers (ports, timestamps), to rate-limit logs per kind of failure. */

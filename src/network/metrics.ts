@@ -4,6 +4,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 
 import type { BackendMetrics } from '../backend/backend.js';
 import type { Repairs } from '../backend/kernel/diff.js';
+import type { IpMasqMetrics, RulesMode } from '../ipmasq/keeper.js';
 import type { LeaseEventType } from '../subnet/lease.js';
 import type { AcquireHow as AnyAcquireHow } from '../subnet/manager.js';
 
@@ -21,7 +22,7 @@ const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 
 export type RepairKind = 'added' | 'changed' | 'removed' | 'device';
 
-export class DaemonMetrics implements BackendMetrics {
+export class DaemonMetrics implements BackendMetrics, IpMasqMetrics {
   readonly registry: Registry;
   /** Unix seconds at which our lease expires; 0 for a reservation (no expiry). */
   readonly leaseExpiry: Gauge;
@@ -42,6 +43,13 @@ export class DaemonMetrics implements BackendMetrics {
   readonly peersProgrammed: Gauge;
   /** Kernel entries the backend had to add, rewrite or remove, and devices it had to rebuild. */
   readonly reconcileRepairs: Counter<'kind'>;
+  /** Rule transactions written (iptables-restore / nft -f), by implementation. */
+  readonly ruleWrites: Counter<'mode'>;
+  /** Rule reconcile passes that found the rules changed behind weft's back. */
+  readonly ruleRepairs: Counter<'mode'>;
+  readonly ruleErrors: Counter;
+  /** Rule reconcile passes run (each reads the rules back). */
+  readonly ruleChecks: Counter;
 
   constructor(opts: DaemonMetricsOptions = {}) {
     const registry = new Registry();
@@ -108,6 +116,21 @@ export class DaemonMetrics implements BackendMetrics {
       registers,
     });
 
+    this.ruleWrites = new Counter({
+      name: 'weft_ipmasq_writes_total',
+      help: 'Masquerade/forward rule transactions written, by implementation (iptables or nftables).',
+      labelNames: ['mode'],
+      registers,
+    });
+    this.ruleRepairs = new Counter({
+      name: 'weft_ipmasq_repairs_total',
+      help: 'Rule reconcile passes that found missing, extra, duplicated or reordered rules and rewrote them.',
+      labelNames: ['mode'],
+      registers,
+    });
+    this.ruleErrors = new Counter({ name: 'weft_ipmasq_errors_total', help: 'Rule reconcile passes that failed.', registers });
+    this.ruleChecks = new Counter({ name: 'weft_ipmasq_checks_total', help: 'Rule reconcile passes run.', registers });
+
     // Export every label value from the start, so rate() and alerts see 0 rather than a missing series.
     for (const type of ['added', 'removed'] satisfies LeaseEventType[]) {
       this.eventsReceived.inc({ type }, 0);
@@ -120,6 +143,10 @@ export class DaemonMetrics implements BackendMetrics {
     for (const kind of ['added', 'changed', 'removed', 'device'] satisfies RepairKind[]) {
       this.reconcileRepairs.inc({ kind }, 0);
     }
+    for (const mode of ['iptables', 'nftables'] satisfies RulesMode[]) {
+      this.ruleWrites.inc({ mode }, 0);
+      this.ruleRepairs.inc({ mode }, 0);
+    }
     this.ready.set(0);
 
     if (opts.processMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'weft_' });
@@ -131,6 +158,18 @@ export class DaemonMetrics implements BackendMetrics {
     if (repairs.changed) this.reconcileRepairs.inc({ kind: 'changed' }, repairs.changed);
     if (repairs.removed) this.reconcileRepairs.inc({ kind: 'removed' }, repairs.removed);
     if (deviceRepairs) this.reconcileRepairs.inc({ kind: 'device' }, deviceRepairs);
+  }
+
+  recordRuleWrite(mode: RulesMode): void {
+    this.ruleWrites.inc({ mode });
+  }
+
+  recordRuleRepair(mode: RulesMode): void {
+    this.ruleRepairs.inc({ mode });
+  }
+
+  recordRuleError(): void {
+    this.ruleErrors.inc();
   }
 
   /** Prometheus exposition text of all metrics. */

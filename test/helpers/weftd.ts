@@ -34,7 +34,9 @@ export class WeftdProcess {
     netns?: string,
     nodeArgs: readonly string[] = [],
   ): WeftdProcess {
-    const daemon = nodeArgs.length > 0 ? [process.execPath, ...nodeArgs, BIN, ...args] : [BIN, ...args];
+    // Outside a namespace of the test's own, weftd must not write rules into the machine's netfilter tables.
+    const safeArgs = netns ? args : [...args, '--iptables-forward-rules=false', '--ip-masq=false'];
+    const daemon = nodeArgs.length > 0 ? [process.execPath, ...nodeArgs, BIN, ...safeArgs] : [BIN, ...safeArgs];
     const [cmd, argv] = netns ? ['ip', ['netns', 'exec', netns, ...daemon]] : [daemon[0]!, daemon.slice(1)];
     return new WeftdProcess(
       spawn(cmd, argv, { env: { ...process.env, WEFT_FROM_SOURCE: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }),

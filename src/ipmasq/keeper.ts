@@ -1,0 +1,153 @@
+// Keeps the node's masquerade and forward rules exactly as the model says, in iptables or in
+// nftables: read back, compare as ordered lists, and write one transaction per table only when
+// something is missing, extra, duplicated or out of order. The other implementation's chains and
+// tables are removed (jumps first), so switching EnableNFTables leaves nothing behind.
+import type { Family } from '../util/ip.js';
+import type { Logger } from '../util/log.js';
+import { CommandError, runCommand } from '../util/exec.js';
+import { parseSave, planTable, xtablesCommands, type XtTable } from './iptables.js';
+import { desiredChains, type ChainKind, type ChainSpec, type FamilyInput } from './model.js';
+import { compareTable, nftTable, parseListTable, renderDeleteTable, renderTable, type ListedTable } from './nftables.js';
+
+export type RulesMode = 'iptables' | 'nftables';
+
+/** Runs a program with an argument array; resolves with stdout. Injected for tests. */
+export type Runner = (command: string, args: readonly string[], stdin?: string) => Promise<string>;
+
+export interface IpMasqMetrics {
+  /** A transaction written (iptables-restore or nft -f). */
+  recordRuleWrite(mode: RulesMode): void;
+  /** A reconcile pass after the first one found the rules changed behind our back. */
+  recordRuleRepair(mode: RulesMode): void;
+  recordRuleError(): void;
+}
+
+export interface RuleKeeperOptions {
+  readonly mode: RulesMode;
+  readonly masq: boolean;
+  readonly forward: boolean;
+  /** `--ip-masq-fully-random-disable`. */
+  readonly fullyRandomDisable: boolean;
+  readonly logger: Logger;
+  readonly metrics?: IpMasqMetrics;
+  readonly runner?: Runner;
+}
+
+export interface PassResult {
+  readonly problems: string[];
+  readonly writes: number;
+}
+
+const TABLES: readonly XtTable[] = ['nat', 'filter'];
+const KINDS: readonly ChainKind[] = ['masq', 'forward'];
+const FAMILIES: readonly Family[] = [4, 6];
+
+const defaultRunner: Runner = (command, args, stdin) => runCommand(command, args, stdin === undefined ? {} : { stdin });
+
+export class RuleKeeper {
+  private families: readonly FamilyInput[] = [];
+  private fullyRandom: boolean | null = null;
+  private passes = 0;
+  private readonly run: Runner;
+
+  constructor(private readonly opts: RuleKeeperOptions) {
+    this.run = opts.runner ?? defaultRunner;
+  }
+
+  /** The inputs changed (first lease, or a new lease): the next pass rewrites what differs. */
+  setInput(families: readonly FamilyInput[]): void {
+    this.families = families;
+  }
+
+  /** One reconcile pass over both implementations. Throws on a failing command (nothing half-written: one transaction per table). */
+  async reconcile(): Promise<PassResult> {
+    const { mode, logger: log, metrics } = this.opts;
+    if (this.fullyRandom === null) this.fullyRandom = !this.opts.fullyRandomDisable && (await this.probeFullyRandom());
+    const want = desiredChains({ families: this.families, masq: this.opts.masq, forward: this.opts.forward, fullyRandom: this.fullyRandom });
+    const problems: string[] = [];
+    let writes = 0;
+    for (const family of FAMILIES) {
+      const mine = want.filter((c) => c.family === family);
+      const r = mode === 'iptables' ? await this.syncIptables(family, mine) : await this.syncNftables(family, mine);
+      problems.push(...r.problems);
+      writes += r.writes;
+      // The other implementation is cleaned once, at start (as flannel does): nothing recreates it.
+      if (this.passes === 0) {
+        const other = mode === 'iptables' ? await this.syncNftables(family, []) : await this.syncIptables(family, []);
+        problems.push(...other.problems);
+        writes += other.writes;
+      }
+    }
+    if (problems.length > 0) {
+      const first = this.passes === 0;
+      if (!first) metrics?.recordRuleRepair(mode);
+      log[first ? 'info' : 'warn'](first ? 'installed masquerade/forward rules' : 'repaired masquerade/forward rules', {
+        mode,
+        problems,
+      });
+    }
+    this.passes++;
+    return { problems, writes };
+  }
+
+  private async syncIptables(family: Family, want: readonly ChainSpec[]): Promise<PassResult> {
+    const cmd = xtablesCommands(family);
+    const wantKinds = new Set(want.map((c) => c.kind));
+    const unwanted = KINDS.filter((k) => !wantKinds.has(k));
+    const problems: string[] = [];
+    let writes = 0;
+    for (const table of TABLES) {
+      const inTable = want.filter((c) => (c.kind === 'masq' ? 'nat' : 'filter') === table);
+      let saved: string;
+      try {
+        saved = await this.run(cmd.save, ['-t', table]);
+      } catch (e) {
+        // Without ip6tables (or the table module) there is nothing of ours to remove; wanting rules there is an error.
+        if (inTable.length === 0) continue;
+        throw e;
+      }
+      const plan = planTable(table, inTable, unwanted, parseSave(saved));
+      if (!plan.payload) continue;
+      await this.run(cmd.restore, ['--noflush', '-w'], plan.payload);
+      this.opts.metrics?.recordRuleWrite('iptables');
+      writes++;
+      problems.push(...plan.problems.map((p) => `ipv${family} ${table}: ${p}`));
+    }
+    return { problems, writes };
+  }
+
+  private async syncNftables(family: Family, want: readonly ChainSpec[]): Promise<PassResult> {
+    const t = nftTable(family);
+    let listed: ListedTable | null;
+    try {
+      listed = parseListTable(await this.run('nft', ['-j', 'list', 'table', t.family, t.name]));
+    } catch (e) {
+      if (e instanceof CommandError && /No such file or directory/.test(e.stderr)) listed = null;
+      // nft missing or unusable: nothing of ours can be there, which is fine when we want nothing.
+      else if (want.length === 0) return { problems: [], writes: 0 };
+      else throw e;
+    }
+    const problems = compareTable(family, want, listed);
+    if (problems.length === 0) return { problems, writes: 0 };
+    const script = want.length === 0 ? renderDeleteTable(family) : renderTable(family, want, listed !== null);
+    await this.run('nft', ['-f', '-'], script);
+    this.opts.metrics?.recordRuleWrite('nftables');
+    return { problems: problems.map((p) => `ipv${family} nft: ${p}`), writes: 1 };
+  }
+
+  /** `--random-fully` needs iptables ≥ 1.6.2 (and a kernel that has it); nft is asked with a dry run. */
+  private async probeFullyRandom(): Promise<boolean> {
+    try {
+      if (this.opts.mode === 'iptables') {
+        const help = await this.run('iptables', ['-j', 'MASQUERADE', '-h']);
+        return help.includes('--random-fully');
+      }
+      const t = 'weft-probe';
+      await this.run('nft', ['-c', '-f', '-'], `add table ip ${t}\nadd chain ip ${t} c { type nat hook postrouting priority srcnat ; }\nadd rule ip ${t} c masquerade fully-random\n`);
+      return true;
+    } catch (e) {
+      this.opts.logger.warn('fully-random masquerade not supported; masquerading without it', { error: (e as Error).message });
+      return false;
+    }
+  }
+}

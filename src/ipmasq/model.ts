@@ -1,0 +1,100 @@
+// The masquerade and forward rules of one node, as data. Both the iptables and the nftables
+// renderings come from this one description, so the two modes can never drift apart.
+import { IPNet, type Family } from '../util/ip.js';
+
+/** kube-proxy marks packets it wants masqueraded with this bit; flannel leaves them alone. */
+export const KUBE_PROXY_MARK = 0x4000;
+
+export const MASQ_COMMENT = 'flanneld masq';
+export const FORWARD_COMMENT = 'flanneld forward';
+
+export type Verdict = 'RETURN' | 'MASQUERADE' | 'ACCEPT';
+
+export type Match =
+  | { readonly kind: 'mark' }
+  | { readonly kind: 'src' | 'dst'; readonly net: IPNet; readonly negate: boolean };
+
+export interface Rule {
+  readonly matches: readonly Match[];
+  readonly verdict: Verdict;
+  /** MASQUERADE only: `--random-fully` / `fully-random`. */
+  readonly fullyRandom: boolean;
+}
+
+export type ChainKind = 'masq' | 'forward';
+
+/** One chain weft owns, with the built-in chain that jumps to it. */
+export interface ChainSpec {
+  readonly family: Family;
+  readonly kind: ChainKind;
+  readonly rules: readonly Rule[];
+}
+
+/** Per-kind names: iptables table/chain/hook and the nftables chain, all flannel's. */
+export const CHAIN_NAMES: Record<ChainKind, { table: 'nat' | 'filter'; chain: string; hook: string; comment: string; nftChain: string }> = {
+  masq: { table: 'nat', chain: 'FLANNEL-POSTRTG', hook: 'POSTROUTING', comment: MASQ_COMMENT, nftChain: 'postrtg' },
+  forward: { table: 'filter', chain: 'FLANNEL-FWD', hook: 'FORWARD', comment: FORWARD_COMMENT, nftChain: 'forward' },
+};
+
+/** What the rules are built from, per address family. */
+export interface FamilyInput {
+  /** The cluster network (`Network` / `IPv6Network`). */
+  readonly network: IPNet;
+  /** This node's lease subnet. */
+  readonly subnet: IPNet;
+}
+
+export interface MasqInput {
+  readonly families: readonly FamilyInput[];
+  readonly masq: boolean;
+  readonly forward: boolean;
+  readonly fullyRandom: boolean;
+}
+
+const MULTICAST: Record<Family, string> = { 4: '224.0.0.0/4', 6: 'ff00::/8' };
+
+const src = (net: IPNet, negate = false): Match => ({ kind: 'src', net, negate });
+const dst = (net: IPNet, negate = false): Match => ({ kind: 'dst', net, negate });
+
+/**
+ * flannel's masquerade rules, in flannel's order. Rule 4 is the iptables one (`! -s Network -d podCIDR`):
+ * flannel's nftables rule 4 (`saddr != podCIDR daddr Network`) also returns for traffic from the host
+ * itself to remote pods, which makes rule 6 dead, so the host's own traffic into the overlay left with
+ * its underlay address instead of being masqueraded. weft uses the iptables rule in both renderings.
+ */
+export function masqRules(network: IPNet, subnet: IPNet, multicast: IPNet, fullyRandom: boolean): Rule[] {
+  const ret = (...matches: Match[]): Rule => ({ matches, verdict: 'RETURN', fullyRandom: false });
+  const masq = (...matches: Match[]): Rule => ({ matches, verdict: 'MASQUERADE', fullyRandom });
+  return [
+    // kube-proxy already decided about marked packets.
+    ret({ kind: 'mark' }),
+    // Pod to pod inside the cluster keeps its source address, both ways.
+    ret(src(subnet), dst(network)),
+    ret(src(network), dst(subnet)),
+    // Traffic from outside the cluster to our pods keeps its source address.
+    ret(src(network, true), dst(subnet)),
+    // Pods leaving the cluster (but not multicast) are masqueraded.
+    masq(src(network), dst(multicast, true)),
+    // The host (or anything outside the network) talking to remote pods is masqueraded so replies come back here.
+    masq(src(network, true), dst(network)),
+  ];
+}
+
+export function forwardRules(network: IPNet): Rule[] {
+  return [
+    { matches: [src(network)], verdict: 'ACCEPT', fullyRandom: false },
+    { matches: [dst(network)], verdict: 'ACCEPT', fullyRandom: false },
+  ];
+}
+
+/** Every chain weft wants, IPv4 before IPv6, masquerade before forward. */
+export function desiredChains(input: MasqInput): ChainSpec[] {
+  const out: ChainSpec[] = [];
+  for (const f of input.families) {
+    if (input.masq) {
+      out.push({ family: f.network.family, kind: 'masq', rules: masqRules(f.network, f.subnet, IPNet.parse(MULTICAST[f.network.family]), input.fullyRandom) });
+    }
+    if (input.forward) out.push({ family: f.network.family, kind: 'forward', rules: forwardRules(f.network) });
+  }
+  return out;
+}
