@@ -5,6 +5,7 @@ import { EtcdSubnetManager } from '../subnet/etcd/manager.js';
 import { createLogger } from '../util/log.js';
 import { VERSION } from '../version.js';
 import { etcdConnectOptions, normalizeGoFlags, type EtcdFlags } from './flags.js';
+import { defaultBundleDir, installCni } from './install-cni.js';
 import { leaseRow, renderTable, sortRows } from './leases-table.js';
 
 async function leasesCommand(args: EtcdFlags & { output: 'table' | 'json' }): Promise<number> {
@@ -60,6 +61,22 @@ async function main(argv: string[]): Promise<number> {
             etcdUsername: a['etcd-username'],
             etcdPassword: a['etcd-password'],
           });
+        },
+      )
+      .command(
+        'install-cni',
+        'copy the CNI plugins (bridge, flannel, host-local, portmap) into a CNI bin directory',
+        (y) =>
+          y
+            .option('dest', { type: 'string', default: '/opt/cni/bin', describe: 'the runtime\'s CNI plugin directory' })
+            .option('source', { type: 'string', default: defaultBundleDir(), describe: 'where `npm run build` put the bundles' }),
+        async (a) => {
+          try {
+            for (const p of await installCni(a.source, a.dest)) process.stdout.write(`installed ${p}\n`);
+          } catch (e) {
+            process.stderr.write(`weft install-cni: ${(e as Error).message}\n`);
+            code = 1;
+          }
         },
       )
       .demandCommand(1, 'name a command (see --help)')

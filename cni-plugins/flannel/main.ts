@@ -1,0 +1,11 @@
+// Entry point of the `flannel` bundle. The bridge and host-local plugins are registered so that,
+// when CNI_PATH leads to weft's own bundles, the delegation runs in this process (no extra exec).
+import { bridgePlugin } from '../bridge/plugin.js';
+import { hostLocalPlugin } from '../host-local/plugin.js';
+import { registerInProcess } from '../skel/delegate.js';
+import { runPlugin } from '../skel/run.js';
+import { flannelPlugin } from './plugin.js';
+
+registerInProcess(bridgePlugin);
+registerInProcess(hostLocalPlugin);
+await runPlugin(flannelPlugin);

@@ -1,0 +1,124 @@
+// The scratch state flannel keeps per container: `<dataDir>/<containerID>` holds the exact
+// delegate config bytes of the ADD, replayed on DEL (and, here, CHECK). Same layout and modes as
+// flannel (dir 0700, file 0600), so state written by flannel's plugin is read by weft's and back.
+import { randomBytes } from 'node:crypto';
+import { mkdir, open, readdir, readFile, rename, rm, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
+
+/** CNI_CONTAINERID's grammar (skel): no "/", cannot start with "." — safe as a file name. */
+const CONTAINER_ID = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
+/** Our temp files: `.<containerID>.tmp-<pid>-<hex>`, invisible to the container-ID grammar. */
+const TEMP_FILE = /^\.[a-zA-Z0-9][a-zA-Z0-9_.-]*\.tmp-\d+-[0-9a-f]+$/;
+
+export class StateFileError extends Error {
+  constructor(
+    readonly path: string,
+    readonly operation: 'read' | 'write' | 'remove' | 'list',
+    cause: unknown,
+  ) {
+    super(`cannot ${operation} flannel state ${path}: ${cause instanceof Error ? cause.message : String(cause)}`, {
+      cause,
+    });
+    this.name = 'StateFileError';
+  }
+}
+
+export function statePath(dataDir: string, containerId: string): string {
+  if (!CONTAINER_ID.test(containerId)) throw new RangeError(`invalid container ID ${JSON.stringify(containerId)}`);
+  return join(dataDir, containerId);
+}
+
+/**
+ * Writes the state atomically (temp file, fsync, rename, directory fsync): a crash leaves either
+ * no file or a complete one, never the empty file that blocked deletions in flannel#1662.
+ */
+export async function writeState(dataDir: string, containerId: string, data: string): Promise<void> {
+  const path = statePath(dataDir, containerId);
+  const tmp = join(dataDir, `.${containerId}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`);
+  let tmpCreated = false;
+  try {
+    await mkdir(dataDir, { recursive: true, mode: 0o700 });
+    const fh = await open(tmp, 'wx', 0o600);
+    tmpCreated = true;
+    try {
+      await fh.writeFile(data, 'utf8');
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(tmp, path);
+    tmpCreated = false;
+  } catch (e) {
+    if (tmpCreated) await rm(tmp, { force: true }).catch(() => undefined);
+    throw new StateFileError(path, 'write', e);
+  }
+  try {
+    const dir = await open(dataDir, 'r');
+    try {
+      await dir.sync();
+    } finally {
+      await dir.close();
+    }
+  } catch {
+    // fsync on a directory is refused by some filesystems; the file itself is synced.
+  }
+}
+
+/** The stored bytes, or null when there is no state for this container. */
+export async function readState(dataDir: string, containerId: string): Promise<string | null> {
+  const path = statePath(dataDir, containerId);
+  try {
+    return await readFile(path, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENOTDIR') return null;
+    throw new StateFileError(path, 'read', e);
+  }
+}
+
+/** Removes the state; already gone is fine. */
+export async function removeState(dataDir: string, containerId: string): Promise<void> {
+  const path = statePath(dataDir, containerId);
+  try {
+    await unlink(path);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENOTDIR') return;
+    throw new StateFileError(path, 'remove', e);
+  }
+}
+
+export interface StateListing {
+  /** Container IDs that have a state file. */
+  readonly containerIds: readonly string[];
+  /** Leftover temp files of interrupted writes (names, relative to dataDir). */
+  readonly tempFiles: readonly string[];
+}
+
+/** What is in dataDir; a missing dataDir is an empty listing. Anything else there is left alone. */
+export async function listState(dataDir: string): Promise<StateListing> {
+  let entries;
+  try {
+    entries = await readdir(dataDir, { withFileTypes: true });
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENOTDIR') return { containerIds: [], tempFiles: [] };
+    throw new StateFileError(dataDir, 'list', e);
+  }
+  const containerIds: string[] = [];
+  const tempFiles: string[] = [];
+  for (const ent of entries) {
+    if (!ent.isFile()) continue;
+    if (CONTAINER_ID.test(ent.name)) containerIds.push(ent.name);
+    else if (TEMP_FILE.test(ent.name)) tempFiles.push(ent.name);
+  }
+  containerIds.sort();
+  tempFiles.sort();
+  return { containerIds, tempFiles };
+}
+
+/** Removes one leftover temp file (GC runs with no ADD in flight, so none is in use). */
+export async function removeTempFile(dataDir: string, name: string): Promise<void> {
+  if (!TEMP_FILE.test(name)) throw new RangeError(`not a flannel state temp file: ${JSON.stringify(name)}`);
+  await rm(join(dataDir, name), { force: true });
+}

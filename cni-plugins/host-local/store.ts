@@ -1,0 +1,190 @@
+// The reference's on-disk store (backend/disk), byte for byte, so weft and the Go plugin can share
+// a node: <dataDir>/<network>/<ip> holds "containerID\r\nifname" (no trailing newline; older
+// releases wrote only the container ID), last_reserved_ip.<range set index> holds the last IP
+// handed out from that set, and `lock` is the flock(2) target. Every method expects the caller
+// to hold the lock (withLock), except init.
+//
+// File access is synchronous on purpose: a plugin process serves one request, the files are tiny,
+// and a thread-pool round trip per file costs more than the read itself.
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { IPAddr } from '../../src/util/ip.js';
+import { withFileLock } from '../skel/lock.js';
+
+export const LINE_BREAK = '\r\n';
+export const LAST_IP_PREFIX = 'last_reserved_ip.';
+export const LOCK_FILE = 'lock';
+/** Upstream HEAD (since v1.4) writes reservations 0600; Debian's 1.1.1 wrote 0644. */
+const FILE_MODE = 0o600;
+
+export class StoreError extends Error {
+  constructor(
+    readonly path: string,
+    readonly reason: string,
+  ) {
+    super(`host-local store ${path}: ${reason}`);
+    this.name = 'StoreError';
+  }
+}
+
+export interface Reservation {
+  readonly ip: IPAddr;
+  /** File name inside the store directory (the IP as written by whoever reserved it). */
+  readonly file: string;
+  /** The file content with surrounding whitespace trimmed, as the reference compares it. */
+  readonly content: string;
+  readonly containerId: string;
+  /** null for a legacy file that holds only the container ID. */
+  readonly ifname: string | null;
+}
+
+export interface Attachment {
+  readonly containerId: string;
+  readonly ifname: string;
+}
+
+/** The exact bytes the reference writes for an attachment. */
+export function ownerContent(containerId: string, ifname: string): string {
+  return containerId.trim() + LINE_BREAK + ifname;
+}
+
+export function parseContent(content: string): { containerId: string; ifname: string | null } {
+  const i = content.indexOf(LINE_BREAK);
+  return i < 0 ? { containerId: content, ifname: null } : { containerId: content.slice(0, i), ifname: content.slice(i + LINE_BREAK.length) };
+}
+
+/** Reservations owned by the attachment: new-format ones, or, when there is none, legacy CID-only ones (as ReleaseByID). */
+export function ownedBy(list: readonly Reservation[], containerId: string, ifname: string): Reservation[] {
+  const exact = ownerContent(containerId, ifname);
+  const mine = list.filter((r) => r.content === exact);
+  if (mine.length > 0) return mine;
+  const legacy = containerId.trim();
+  return list.filter((r) => r.content === legacy);
+}
+
+/** Both matches at once (GetByID / FindByID): any reservation of the attachment. */
+export function heldBy(list: readonly Reservation[], containerId: string, ifname: string): Reservation[] {
+  const exact = ownerContent(containerId, ifname);
+  const legacy = containerId.trim();
+  return list.filter((r) => r.content === exact || r.content === legacy);
+}
+
+/**
+ * GC: the reservations no valid attachment owns. A legacy CID-only file is kept when any valid
+ * attachment has that container ID. An empty valid list selects everything.
+ */
+export function selectGarbage(list: readonly Reservation[], valid: readonly Attachment[]): Reservation[] {
+  const exact = new Set(valid.map((a) => ownerContent(a.containerId, a.ifname)));
+  const cids = new Set(valid.map((a) => a.containerId.trim()));
+  return list.filter((r) => !(r.ifname === null ? cids.has(r.content) : exact.has(r.content)));
+}
+
+function errnoOf(e: unknown): string | undefined {
+  return (e as NodeJS.ErrnoException).code;
+}
+
+export class DiskStore {
+  readonly dir: string;
+
+  constructor(dataDir: string, network: string) {
+    this.dir = join(dataDir, network);
+  }
+
+  get lockPath(): string {
+    return join(this.dir, LOCK_FILE);
+  }
+
+  /** Creates the network directory (0755, as upstream). */
+  async init(): Promise<void> {
+    try {
+      mkdirSync(this.dir, { recursive: true, mode: 0o755 });
+    } catch (e) {
+      throw new StoreError(this.dir, (e as Error).message);
+    }
+  }
+
+  /** init, then fn under the store's flock. */
+  async withLock<T>(fn: () => Promise<T>): Promise<T> {
+    await this.init();
+    return withFileLock(this.lockPath, fn, { mode: 0o750 });
+  }
+
+  /** Every reservation file (a regular file named as an IP); other files are left alone. */
+  async list(): Promise<Reservation[]> {
+    let entries;
+    try {
+      entries = readdirSync(this.dir, { withFileTypes: true });
+    } catch (e) {
+      if (errnoOf(e) === 'ENOENT') return [];
+      throw new StoreError(this.dir, (e as Error).message);
+    }
+    const out: Reservation[] = [];
+    for (const ent of entries) {
+      if (!ent.isFile()) continue;
+      const ip = IPAddr.tryParse(ent.name);
+      if (!ip) continue;
+      let content: string;
+      try {
+        content = readFileSync(join(this.dir, ent.name), 'utf8').trim();
+      } catch {
+        continue; // removed under us or unreadable: the reference skips it too
+      }
+      out.push({ ip, file: ent.name, content, ...parseContent(content) });
+    }
+    return out;
+  }
+
+  /**
+   * Creates the reservation file exclusively; false when the IP is taken. On success records
+   * the IP in last_reserved_ip.<rangeIndex>.
+   */
+  async reserve(ip: IPAddr, containerId: string, ifname: string, rangeIndex: number): Promise<boolean> {
+    const path = join(this.dir, ip.toString());
+    let fd: number;
+    try {
+      fd = openSync(path, 'wx', FILE_MODE);
+    } catch (e) {
+      if (errnoOf(e) === 'EEXIST') return false;
+      throw new StoreError(path, (e as Error).message);
+    }
+    try {
+      try {
+        writeSync(fd, ownerContent(containerId, ifname));
+      } finally {
+        closeSync(fd);
+      }
+    } catch (e) {
+      try {
+        unlinkSync(path);
+      } catch {
+        // nothing more to undo
+      }
+      throw new StoreError(path, (e as Error).message);
+    }
+    const lastPath = join(this.dir, LAST_IP_PREFIX + String(rangeIndex));
+    try {
+      writeFileSync(lastPath, ip.toString(), { mode: FILE_MODE });
+    } catch (e) {
+      throw new StoreError(lastPath, (e as Error).message);
+    }
+    return true;
+  }
+
+  /** The content of last_reserved_ip.<rangeIndex> when it is an IP (Go: net.ParseIP, untrimmed). */
+  async lastReservedIP(rangeIndex: number): Promise<IPAddr | null> {
+    try {
+      return IPAddr.tryParse(readFileSync(join(this.dir, LAST_IP_PREFIX + String(rangeIndex)), 'utf8'));
+    } catch {
+      return null;
+    }
+  }
+
+  /** Removes a reservation file; one that is already gone is fine. */
+  async release(file: string): Promise<void> {
+    try {
+      unlinkSync(join(this.dir, file));
+    } catch (e) {
+      if (errnoOf(e) !== 'ENOENT') throw new StoreError(join(this.dir, file), (e as Error).message);
+    }
+  }
+}

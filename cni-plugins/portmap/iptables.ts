@@ -1,0 +1,71 @@
+// The iptables driver: one `iptables-save -t nat` to read a family's nat table and one
+// `iptables-restore -w --noflush` transaction to change it (the reference runs 27 iptables
+// processes for an ADD). Plans are computed from what was read; a plan written against a table
+// another process changed in between fails as a whole (its -N/-D no longer apply) and is
+// recomputed from a fresh read.
+import type { Family } from '../../src/util/ip.js';
+import { parseSave, type SavedNat } from './rules.js';
+import { runTool } from './sys.js';
+
+const MAX_ATTEMPTS = 3;
+
+export const xtTools = (family: Family): { save: string; restore: string } =>
+  family === 4 ? { save: 'iptables-save', restore: 'iptables-restore' } : { save: 'ip6tables-save', restore: 'ip6tables-restore' };
+
+/** The family's iptables cannot be used at all (tool missing, no kernel support). */
+export class IptablesUnusableError extends Error {
+  constructor(
+    readonly family: Family,
+    override readonly cause: Error,
+  ) {
+    super(`${family === 4 ? 'iptables' : 'ip6tables'} is not usable: ${cause.message}`);
+    this.name = 'IptablesUnusableError';
+  }
+}
+
+/** A restore transaction failed even against a fresh read of the table. */
+export class IptablesRestoreError extends Error {
+  constructor(
+    readonly family: Family,
+    readonly payload: string,
+    override readonly cause: Error,
+  ) {
+    super(`${xtTools(family).restore} failed: ${cause.message}`);
+    this.name = 'IptablesRestoreError';
+  }
+}
+
+export async function readNat(family: Family): Promise<SavedNat> {
+  try {
+    return parseSave(await runTool(xtTools(family).save, ['-t', 'nat']));
+  } catch (e) {
+    throw new IptablesUnusableError(family, e as Error);
+  }
+}
+
+export async function restoreNat(family: Family, payload: string): Promise<void> {
+  await runTool(xtTools(family).restore, ['-w', '--noflush'], payload);
+}
+
+/**
+ * Reads the family's nat table, writes `plan(saved)` (nothing when it is null) and, if the
+ * transaction fails, re-reads and tries again while the plan keeps changing. `saved` may be
+ * passed in when already read.
+ */
+export async function applyNat(family: Family, plan: (saved: SavedNat) => string | null, saved?: SavedNat): Promise<void> {
+  let current = saved ?? (await readNat(family));
+  let payload = plan(current);
+  for (let attempt = 1; payload !== null; attempt++) {
+    try {
+      await restoreNat(family, payload);
+      return;
+    } catch (e) {
+      if (attempt >= MAX_ATTEMPTS) throw new IptablesRestoreError(family, payload, e as Error);
+      current = await readNat(family);
+      const next = plan(current);
+      // Same table, same plan: the failure is the plan's own, not a race.
+      if (next === payload) throw new IptablesRestoreError(family, payload, e as Error);
+      payload = next;
+    }
+  }
+}

@@ -1,0 +1,240 @@
+// Delegation to another plugin (IPAM, or the flannel → bridge chain), as the reference
+// pkg/invoke does it: the delegate is the first regular executable named `type` in CNI_PATH; it
+// gets the caller's env with CNI_COMMAND set to the verb and the given config on stdin; its error
+// JSON comes back as a CniError with the delegate's own code, msg and details.
+//
+// When the file found is one of weft's bundles (marker line written by cni-plugins/build.ts) and
+// a plugin of that name was registered with registerInProcess, it is run in this process through
+// the same code path as the process entry (env checks, version gates, result conversion), so the
+// outcome is the same as spawning it, minus a second Node.js start. WEFT_CNI_NO_INPROCESS=1 in the
+// request's env forces spawning.
+import { spawn } from 'node:child_process';
+import { constants as fsc } from 'node:fs';
+import { access, open, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { CniResultError, convertResult, parseResult } from './convert.js';
+import { execute, toCniError } from './run.js';
+import { CniError, ErrorCode, type CniPlugin, type CniRequest, type CniResult } from './types.js';
+
+/** The second line of every weft plugin bundle: `// weft-cni-plugin: <name>`. */
+export const BUNDLE_MARKER_PREFIX = '// weft-cni-plugin: ';
+const MARKER_READ_BYTES = 512;
+
+type Verb = 'ADD' | 'DEL' | 'CHECK' | 'GC' | 'STATUS';
+
+const registry = new Map<string, CniPlugin>();
+
+/** Makes `plugin` callable in-process when a weft bundle named `plugin.name` is the delegate. */
+export function registerInProcess(plugin: CniPlugin): void {
+  registry.set(plugin.name, plugin);
+}
+
+/** A delegate `type` that cannot be used or found. Plain error: the runtime sees code 999. */
+export class DelegateLookupError extends Error {
+  constructor(
+    readonly type: string,
+    readonly path: readonly string[],
+    message: string,
+  ) {
+    super(message);
+    this.name = 'DelegateLookupError';
+  }
+}
+
+/** A delegate whose output is not a valid result. Plain error: the runtime sees code 999. */
+export class DelegateOutputError extends Error {
+  constructor(
+    readonly type: string,
+    readonly file: string,
+    readonly stdout: string,
+    reason: string,
+  ) {
+    super(`delegate ${type} (${file}) printed an invalid result: ${reason}`);
+    this.name = 'DelegateOutputError';
+  }
+}
+
+/** The first regular executable file `<dir>/<type>` along `path` (reference invoke.FindInPath). */
+export async function findInPath(type: string, path: readonly string[]): Promise<string> {
+  if (type === '') throw new DelegateLookupError(type, path, 'no plugin name provided');
+  if (type.includes('/') || type === '.' || type === '..' || type.includes('\0')) {
+    throw new DelegateLookupError(type, path, `invalid plugin name: ${type}`);
+  }
+  if (path.length === 0) throw new DelegateLookupError(type, path, 'no paths provided');
+  for (const dir of path) {
+    const file = join(dir, type);
+    try {
+      if ((await stat(file)).isFile()) {
+        await access(file, fsc.X_OK);
+        return file;
+      }
+    } catch {
+      // not here (or not executable): keep looking
+    }
+  }
+  throw new DelegateLookupError(type, path, `failed to find plugin ${JSON.stringify(type)} in path [${path.join(' ')}]`);
+}
+
+/** The bundle name from a weft bundle's marker line, or null for any other file. */
+export async function readBundleMarker(file: string): Promise<string | null> {
+  let fh;
+  try {
+    fh = await open(file, 'r');
+    const buf = Buffer.alloc(MARKER_READ_BYTES);
+    const { bytesRead } = await fh.read(buf, 0, MARKER_READ_BYTES, 0);
+    const head = buf.subarray(0, bytesRead).toString('utf8');
+    for (const line of head.split('\n').slice(0, 3)) {
+      if (line.startsWith(BUNDLE_MARKER_PREFIX)) return line.slice(BUNDLE_MARKER_PREFIX.length).trim() || null;
+    }
+    return null;
+  } catch {
+    return null;
+  } finally {
+    await fh?.close();
+  }
+}
+
+/** The config version a delegate's result defaults to when it prints none (reference fixup). */
+function stdinVersion(stdin: string): string {
+  try {
+    const v = (JSON.parse(stdin) as { cniVersion?: unknown }).cniVersion;
+    return typeof v === 'string' && v !== '' ? v : '0.1.0';
+  } catch {
+    return '0.1.0';
+  }
+}
+
+interface ExecOutput {
+  readonly status: number | null;
+  readonly signal: NodeJS.Signals | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+function spawnOnce(file: string, env: Record<string, string>, stdin: string): Promise<ExecOutput> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(file, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on('data', (d: Buffer) => out.push(d));
+    child.stderr.on('data', (d: Buffer) => err.push(d));
+    child.on('error', reject);
+    child.on('close', (status, signal) =>
+      resolve({ status, signal, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') }),
+    );
+    // A delegate that exits without reading stdin must not crash us with EPIPE.
+    child.stdin.on('error', () => {});
+    child.stdin.end(stdin);
+  });
+}
+
+async function spawnDelegate(file: string, env: Record<string, string>, stdin: string): Promise<ExecOutput> {
+  // The reference retries "text file busy" (the binary is being replaced) up to 5 times, 1 s apart.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await spawnOnce(file, env, stdin);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ETXTBSY' || attempt >= 5) throw err;
+      await sleep(1000);
+    }
+  }
+}
+
+/** A failed delegate's error, from its stdout JSON (reference RawExec.pluginErr). */
+function delegateError(run: ExecOutput): CniError {
+  const why = run.signal ? `signal: ${run.signal}` : `exit status ${run.status}`;
+  if (run.stdout.trim() === '') {
+    const msg = run.stderr === '' ? `netplugin failed with no error message: ${why}` : `netplugin failed: ${JSON.stringify(run.stderr)}`;
+    return new CniError(ErrorCode.Internal, msg);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(run.stdout);
+  } catch (e) {
+    return new CniError(
+      ErrorCode.Internal,
+      `netplugin failed but error parsing its diagnostic message ${JSON.stringify(run.stdout)}: ${(e as Error).message}`,
+    );
+  }
+  const o = (typeof parsed === 'object' && parsed !== null ? parsed : {}) as { code?: unknown; msg?: unknown; details?: unknown };
+  // The reference keeps code 0 when the delegate printed none; 999 says "failed" more honestly.
+  const code = typeof o.code === 'number' && Number.isInteger(o.code) && o.code > 0 ? o.code : ErrorCode.Internal;
+  return new CniError(code, typeof o.msg === 'string' ? o.msg : '', typeof o.details === 'string' ? o.details : '');
+}
+
+function delegateEnv(req: CniRequest, verb: Verb): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(req.env)) if (v !== undefined) env[k] = v;
+  env.CNI_COMMAND = verb;
+  return env;
+}
+
+function inProcessPlugin(req: CniRequest, name: string | null): CniPlugin | undefined {
+  if (name === null || req.env.WEFT_CNI_NO_INPROCESS === '1') return undefined;
+  return registry.get(name);
+}
+
+/** Runs `verb` of delegate `type`; for ADD returns its result in the 1.1.0 shape. */
+async function delegate(req: CniRequest, type: string, stdin: string, verb: Verb): Promise<CniResult | undefined> {
+  const file = await findInPath(type, req.path);
+  const env = delegateEnv(req, verb);
+  const plugin = registry.size > 0 ? inProcessPlugin(req, await readBundleMarker(file)) : undefined;
+
+  if (plugin) {
+    let outcome;
+    try {
+      outcome = await execute(plugin, env, stdin);
+    } catch (err) {
+      // What the spawned bundle would have printed and we would have parsed back.
+      throw toCniError(err);
+    }
+    if (outcome.command !== 'ADD') return undefined;
+    // Round-trip through the config's version, exactly as the printed result would be.
+    try {
+      return parseResult(convertResult(outcome.result, outcome.version), outcome.version);
+    } catch (err) {
+      throw toCniError(err);
+    }
+  }
+
+  const run = await spawnDelegate(file, env, stdin);
+  if (run.stderr !== '') process.stderr.write(run.stderr);
+  if (run.status !== 0) throw delegateError(run);
+  if (verb !== 'ADD') return undefined;
+  let raw: unknown;
+  try {
+    raw = JSON.parse(run.stdout);
+  } catch (e) {
+    throw new DelegateOutputError(type, file, run.stdout, (e as Error).message);
+  }
+  try {
+    return parseResult(raw, stdinVersion(stdin));
+  } catch (e) {
+    if (e instanceof CniResultError) throw new DelegateOutputError(type, file, run.stdout, e.message);
+    throw e;
+  }
+}
+
+/** ADD through delegate `type` with config `stdin` (for IPAM: `req.stdin` unchanged). */
+export async function delegateAdd(req: CniRequest, type: string, stdin: string): Promise<CniResult> {
+  const result = await delegate(req, type, stdin, 'ADD');
+  if (!result) throw new CniError(ErrorCode.Internal, `delegate ${type} returned no result`);
+  return result;
+}
+
+export async function delegateDel(req: CniRequest, type: string, stdin: string): Promise<void> {
+  await delegate(req, type, stdin, 'DEL');
+}
+
+export async function delegateCheck(req: CniRequest, type: string, stdin: string): Promise<void> {
+  await delegate(req, type, stdin, 'CHECK');
+}
+
+export async function delegateGC(req: CniRequest, type: string, stdin: string): Promise<void> {
+  await delegate(req, type, stdin, 'GC');
+}
+
+export async function delegateStatus(req: CniRequest, type: string, stdin: string): Promise<void> {
+  await delegate(req, type, stdin, 'STATUS');
+}
