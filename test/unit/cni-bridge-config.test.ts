@@ -2,7 +2,8 @@
 // collection, MAC precedence and CNI_ARGS strictness, DNS override.
 import assert from 'node:assert/strict';
 import { collectVlanTrunk, containerMac, loadBridgeConf, validateForAdd, type BridgeConf } from '../../cni-plugins/bridge/config.js';
-import { CniError, type NetConf } from '../../cni-plugins/skel/types.js';
+import type { NetConf } from '../../cni-plugins/skel/types.js';
+import { assertCniError } from '../helpers/cni-assert.js';
 
 function conf(extra: Record<string, unknown> = {}): NetConf {
   return { cniVersion: '1.0.0', name: 'net1', type: 'bridge', ...extra };
@@ -12,14 +13,7 @@ function load(extra: Record<string, unknown> = {}, args: Record<string, string> 
   return loadBridgeConf(conf(extra), new Map(Object.entries(args)));
 }
 
-function rejects(fn: () => unknown, msg: string, code = 7): void {
-  assert.throws(fn, (e: unknown) => {
-    assert.ok(e instanceof CniError, `not a CniError: ${String(e)}`);
-    assert.equal(e.message, msg);
-    assert.equal(e.code, code);
-    return true;
-  });
-}
+const rejects = assertCniError;
 
 describe('bridge config', () => {
   it('has the reference defaults', () => {

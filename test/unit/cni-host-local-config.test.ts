@@ -3,7 +3,8 @@
 import assert from 'node:assert/strict';
 import { loadConfig, parseCniArgsIP, rangeSetString, type HostLocalConfig } from '../../cni-plugins/host-local/config.js';
 import { parseResolvConf } from '../../cni-plugins/host-local/dns.js';
-import { CniError, type NetConf } from '../../cni-plugins/skel/types.js';
+import type { NetConf } from '../../cni-plugins/skel/types.js';
+import { assertCniError } from '../helpers/cni-assert.js';
 
 function conf(ipam: Record<string, unknown>, extra: Record<string, unknown> = {}): NetConf {
   return { cniVersion: '1.0.0', name: 'net1', type: 'bridge', ipam: { type: 'host-local', ...ipam }, ...extra };
@@ -13,14 +14,7 @@ function load(ipam: Record<string, unknown>, extra: Record<string, unknown> = {}
   return loadConfig(conf(ipam, extra), { cniArgs });
 }
 
-function rejects(fn: () => unknown, msg: string, code = 7): void {
-  assert.throws(fn, (e: unknown) => {
-    assert.ok(e instanceof CniError, `not a CniError: ${String(e)}`);
-    assert.equal(e.message, msg);
-    assert.equal(e.code, code);
-    return true;
-  });
-}
+const rejects = assertCniError;
 
 describe('host-local config', () => {
   it('fills the defaults of a legacy single range: .1 gateway, start .1, end broadcast-1', () => {
