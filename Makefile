@@ -4,7 +4,7 @@ APT_PACKAGES := etcd-server etcd-client iproute2 iptables nftables iputils-ping 
 # A command each package provides, in the same order, to see whether it is installed.
 APT_PROBES := etcd etcdctl ip iptables nft ping ethtool /usr/lib/cni/bridge conntrack tcpdump
 
-.PHONY: all deps apt-deps npm-deps build lint typecheck test test-unit demo bench clean
+.PHONY: all deps apt-deps npm-deps build lint typecheck test test-unit demo demo-clean bench clean
 
 all: build
 
@@ -39,8 +39,12 @@ test: deps build typecheck lint
 test-unit: npm-deps
 	npm run test:unit
 
+# `make demo DEMO_ARGS='--backend host-gw --keep'`; `make demo-clean` removes a kept demo.
 demo: deps build
-	node --import=tsx demo/alloc-demo.ts
+	node --import=tsx demo/demo.ts $(DEMO_ARGS)
+
+demo-clean: npm-deps
+	node --import=tsx demo/demo.ts --clean
 
 bench: deps build
 	node --import=tsx bench/acquire.ts

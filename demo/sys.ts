@@ -1,0 +1,190 @@
+// The demo's effectful edge: commands (argument arrays, never a shell), namespaces, detached
+// long-lived processes logging to files, and the removal of everything a demo made. Removal finds
+// its targets by the fixed `weftdemo-` prefix and the fixed state directory, so `--clean` can
+// remove a demo kept by an earlier run.
+import { execFile, spawn } from 'node:child_process';
+import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { dirname } from 'node:path';
+
+/** Every namespace of the demo starts with this; nothing else on the machine should. */
+export const NS_PREFIX = 'weftdemo-';
+/** Subnet files, CNI bin dirs, conflists, plugin state, etcd data and logs of a demo. */
+export const STATE_DIR = '/run/weft-demo';
+
+/** A command that failed: which one, how, and what it printed. */
+export class CommandError extends Error {
+  constructor(
+    readonly cmd: string,
+    readonly args: readonly string[],
+    readonly code: number | string | null,
+    readonly stdout: string,
+    readonly stderr: string,
+  ) {
+    const out = (stderr.trim() || stdout.trim()).split('\n').slice(-5).join(' | ');
+    super(`\`${[cmd, ...args].join(' ')}\` failed (${code ?? 'killed'})${out ? `: ${out}` : ''}`);
+    this.name = 'CommandError';
+  }
+}
+
+/** PATH for children: node's own directory first, so `#!/usr/bin/env node` plugins and bins find it. */
+export function childPath(): string {
+  const base = process.env.PATH || '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+  return `${dirname(process.execPath)}:${base}`;
+}
+
+export interface RunOptions {
+  readonly timeoutMs?: number;
+  readonly env?: NodeJS.ProcessEnv;
+  readonly input?: string;
+}
+
+/** Runs a program to completion and returns its stdout; non-zero exit → CommandError. */
+export function run(cmd: string, args: readonly string[], opts: RunOptions = {}): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = execFile(
+      cmd,
+      [...args],
+      { timeout: opts.timeoutMs ?? 30_000, maxBuffer: 16 << 20, env: opts.env ?? { ...process.env, PATH: childPath() } },
+      (err, stdout, stderr) => {
+        if (!err) return resolve(stdout);
+        const e = err as Error & { code?: number | string | null; killed?: boolean };
+        reject(new CommandError(cmd, args, e.killed ? 'timed out' : (e.code ?? null), stdout, stderr));
+      },
+    );
+    if (opts.input !== undefined) child.stdin?.end(opts.input);
+  });
+}
+
+/** `ip -n NS …` */
+export function ipn(ns: string, ...args: string[]): Promise<string> {
+  return run('ip', ['-n', ns, ...args]);
+}
+
+/** A program inside a namespace (`ip netns exec` execs it, so it keeps no wrapper process). */
+export function nsRun(ns: string, cmd: string, args: readonly string[], opts: RunOptions = {}): Promise<string> {
+  return run('ip', ['netns', 'exec', ns, cmd, ...args], opts);
+}
+
+export async function addNetns(name: string): Promise<void> {
+  if (!name.startsWith(NS_PREFIX) || !/^[a-z0-9-]{1,40}$/.test(name)) throw new Error(`bad demo namespace name ${name}`);
+  await run('ip', ['netns', 'add', name]);
+  await ipn(name, 'link', 'set', 'lo', 'up');
+}
+
+/** The demo's namespaces that exist now. */
+export async function demoNamespaces(): Promise<string[]> {
+  const out = await run('ip', ['-j', 'netns', 'list']).catch(() => '');
+  if (out.trim() === '') return [];
+  const list = JSON.parse(out) as { name: string }[];
+  return list.map((n) => n.name).filter((n) => n.startsWith(NS_PREFIX)).sort();
+}
+
+/** PIDs this process started with spawnInNs; stopped by removeDemo even if not (yet) inside a namespace. */
+const started = new Set<number>();
+let refusing = false;
+
+/** From now on spawnInNs refuses: a removal is under way (Ctrl-C while the demo is starting). */
+export function refuseNewProcesses(): void {
+  refusing = true;
+}
+
+/**
+ * Starts a long-lived program inside a namespace in a session of its own (a terminal's Ctrl-C
+ * does not reach it; the demo stops it), stdout and stderr appended to `logFile`, not waited for
+ * (so a `--keep` demo leaves it running). Returns its PID (that of the program: `ip netns exec` execs).
+ */
+export function spawnInNs(ns: string, argv: readonly string[], logFile: string, env: NodeJS.ProcessEnv = {}): number {
+  if (refusing) throw new Error(`not starting ${argv[0]} in ${ns}: the demo is being removed`);
+  const fd = openSync(logFile, 'a');
+  try {
+    const child = spawn('ip', ['netns', 'exec', ns, ...argv], {
+      detached: true,
+      stdio: ['ignore', fd, fd],
+      env: { ...process.env, PATH: childPath(), ...env },
+    });
+    child.on('error', () => undefined); // reported through the exit status the caller polls for
+    child.unref();
+    if (child.pid === undefined) throw new Error(`could not start ${argv.join(' ')} in ${ns}`);
+    started.add(child.pid);
+    return child.pid;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Whether `pid` is alive (and not a zombie waiting to be reaped). */
+export function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Field 3, after the parenthesised command name, is the state.
+    return !/\) [ZX] /.test(stat);
+  } catch {
+    return false;
+  }
+}
+
+function signal(pid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(pid, sig);
+  } catch {
+    // already gone
+  }
+}
+
+/** SIGTERM the PIDs, wait up to `graceMs` for them to go, then SIGKILL what is left. */
+export async function stopPids(pids: readonly number[], graceMs = 5000): Promise<void> {
+  for (const p of pids) signal(p, 'SIGTERM');
+  const deadline = Date.now() + graceMs;
+  while (pids.some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  const left = pids.filter(alive);
+  for (const p of left) signal(p, 'SIGKILL');
+  const hard = Date.now() + 2000;
+  while (left.some(alive) && Date.now() < hard) await new Promise((r) => setTimeout(r, 20));
+}
+
+/** The PIDs of processes inside a namespace. */
+async function pidsIn(ns: string): Promise<number[]> {
+  const out = await run('ip', ['netns', 'pids', ns]).catch(() => '');
+  return out
+    .split('\n')
+    .map((l) => Number(l.trim()))
+    .filter((n) => Number.isInteger(n) && n > 0 && n !== process.pid);
+}
+
+export interface RemoveReport {
+  readonly namespaces: string[];
+  readonly pids: number[];
+  readonly stateDir: boolean;
+}
+
+/**
+ * Removes a demo: stops every process inside a `weftdemo-` namespace (by PID; those are the
+ * daemons, etcd and the test servers the demo started there), deletes the namespaces (their
+ * links, addresses, routes and netfilter rules go with them) and the state directory.
+ */
+export async function removeDemo(): Promise<RemoveReport> {
+  const namespaces = await demoNamespaces();
+  // `ip netns exec` keeps its PID when it execs the program, so a PID started a moment ago is
+  // stopped even if it has not entered its namespace yet.
+  const pids = [...new Set([...started, ...(await Promise.all(namespaces.map(pidsIn))).flat()])];
+  await stopPids(pids);
+  for (const ns of namespaces) await run('ip', ['netns', 'del', ns]).catch(() => undefined);
+  const stateDir = existsSync(STATE_DIR);
+  await rm(STATE_DIR, { recursive: true, force: true });
+  return { namespaces, pids, stateDir };
+}
+
+/** Runs `fn` over the items with at most `limit` in flight, results in input order. */
+export async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array<R>(items.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return out;
+}

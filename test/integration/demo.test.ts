@@ -1,0 +1,190 @@
+// `make demo` end to end: the demo script run as a child process, as `make demo` runs it (weft
+// from source and CNI bundles freshly built from cni-plugins/, so the test sees the current
+// code). Everything it makes lives in `weftdemo-*` namespaces and /run/weft-demo; the after hook
+// removes whatever a failed run left behind.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+import { alive, demoNamespaces, ipn, removeDemo, STATE_DIR } from '../../demo/sys.js';
+import { cniBinDir } from '../helpers/cni.js';
+
+const DEMO = fileURLToPath(new URL('../../demo/demo.ts', import.meta.url));
+const POD_NAMES = ['n1-a', 'n1-b', 'n2-a', 'n2-b', 'n3-a', 'n3-b'];
+const NODE_IPS = ['192.168.100.11', '192.168.100.12', '192.168.100.13'];
+
+interface DemoRun {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs demo/demo.ts; after `timeoutMs` it gets SIGINT (it then removes what it made itself). */
+function runDemo(args: readonly string[], timeoutMs = 120_000): Promise<DemoRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import=tsx', DEMO, ...args], {
+      env: { ...process.env, WEFT_FROM_SOURCE: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGINT'), timeoutMs);
+    child.once('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+function show(r: DemoRun): string {
+  return `exit ${r.code}\n--- stdout\n${r.stdout}\n--- stderr\n${r.stderr}`;
+}
+
+/** The reachability grid: pod name → its address and its row of marks (one per column). */
+function parseMatrix(stdout: string): Map<string, { ip: string; cells: string[] }> {
+  const header = stdout.split('\n').find((l) => /^\s+from \\ to\s/.test(l));
+  assert.ok(header, 'no matrix header in the output');
+  assert.deepEqual(header.trim().split(/\s+/).slice(3), POD_NAMES);
+  const rows = new Map<string, { ip: string; cells: string[] }>();
+  for (const line of stdout.split('\n')) {
+    const m = /^\s+(n\d-[ab]) (10\.244\.\d+\.\d+)\s+(\S.*)$/.exec(line);
+    if (m) rows.set(m[1]!, { ip: m[2]!, cells: m[3]!.trim().split(/\s+/) });
+  }
+  return rows;
+}
+
+/** PIDs the demo printed for its weftd daemons and etcd. */
+function daemonPids(stdout: string): number[] {
+  return [...stdout.matchAll(/^\s+(?:n\d: pid|etcd \S+ \(pid) (\d+)/gm)].map((m) => Number(m[1]));
+}
+
+async function assertNothingLeft(pids: readonly number[]): Promise<void> {
+  assert.deepEqual(await demoNamespaces(), []);
+  assert.equal(existsSync(STATE_DIR), false, `${STATE_DIR} is still there`);
+  assert.deepEqual(pids.filter(alive), [], 'demo processes still running');
+}
+
+describe('make demo (integration: namespaces, etcd, weftd, CNI plugins)', function () {
+  this.timeout(300_000);
+  let cniSource = '';
+  let started = false;
+
+  before(async function () {
+    const left = await demoNamespaces();
+    // A demo someone kept is not ours to remove.
+    if (left.length > 0 || existsSync(STATE_DIR)) {
+      throw new Error(`a demo is already there (${[...left, STATE_DIR].join(', ')}); remove it with \`make demo-clean\` first`);
+    }
+    cniSource = await cniBinDir();
+  });
+
+  after(async () => {
+    if (started && ((await demoNamespaces()).length > 0 || existsSync(STATE_DIR))) await removeDemo();
+  });
+
+  it('builds the cluster, proves every path and removes everything', async () => {
+    started = true;
+    const r = await runDemo(['--cni-source', cniSource]);
+    assert.equal(r.code, 0, show(r));
+    const out = r.stdout;
+
+    // Every numbered step finished with ✔.
+    const steps = [...out.matchAll(/^\[\s*(\d+)\/12\] .* … (✔|✘) \d+\.\d\ds$/gm)];
+    assert.deepEqual(steps.map((m) => `${m[1]}${m[2]}`), Array.from({ length: 12 }, (_v, i) => `${i + 1}✔`), show(r));
+
+    // The lease table: one vxlan lease per node, with the node's underlay address.
+    const leases = [...out.matchAll(/^\s+(10\.244\.\d+\.0\/24)\s+-\s+(192\.168\.100\.1\d)\s+vxlan\s+([0-9a-f:]{17})\s/gm)];
+    assert.deepEqual(leases.map((m) => m[2]).sort(), NODE_IPS);
+
+    // Every pod reaches every other pod; the diagonal is the pod itself.
+    const matrix = parseMatrix(out);
+    assert.deepEqual([...matrix.keys()], POD_NAMES);
+    POD_NAMES.forEach((name, i) => {
+      const row = matrix.get(name)!;
+      assert.deepEqual(row.cells, POD_NAMES.map((_p, j) => (i === j ? '·' : '✔')), `row ${name}`);
+    });
+    assert.match(out, /^\s+30\/30 pod pairs answer$/m);
+    // Each pod's address lies in its node's lease (subnet.env), .2 and .3 for pods a and b.
+    for (const n of [1, 2, 3]) {
+      const subnet = new RegExp(`/run/weft-demo/n${n}/subnet.env:\\n\\s+FLANNEL_NETWORK=10\\.244\\.0\\.0/16\\n\\s+FLANNEL_SUBNET=(10\\.244\\.\\d+)\\.1/24\\n\\s+FLANNEL_MTU=1450\\n\\s+FLANNEL_IPMASQ=true\\n`).exec(out);
+      assert.ok(subnet, `no subnet.env of n${n} in the output`);
+      assert.equal(matrix.get(`n${n}-a`)!.ip, `${subnet[1]}.2`);
+      assert.equal(matrix.get(`n${n}-b`)!.ip, `${subnet[1]}.3`);
+    }
+
+    // The hostPort of n1-a, from a pod on n2 (masqueraded by n2 on the way out).
+    const n1a = matrix.get('n1-a')!.ip;
+    const n2a = matrix.get('n2-a')!.ip;
+    assert.ok(
+      out.includes(`      ✔ hostPort n2-a (${n2a}) → 192.168.100.11:30080 (n1) → n1-a ${n1a}:8080; the pod saw the client as 192.168.100.12\n`),
+      show(r),
+    );
+
+    // Pods reach the "internet" only through their node's masquerade.
+    for (const n of [1, 2, 3]) {
+      const ip = matrix.get(`n${n}-b`)!.ip;
+      assert.ok(
+        out.includes(`      ✔ masquerade n${n}-b (${ip}) → 203.0.113.1:80: the internet saw 192.168.100.1${n} = n${n}'s address\n`),
+        show(r),
+      );
+    }
+    assert.match(out, /^\s+stopped \d+ processes, deleted 11 namespaces, removed \/run\/weft-demo$/m);
+    assert.match(out, /^demo passed in \d+\.\d\ds: /m);
+
+    const pids = daemonPids(out);
+    assert.equal(pids.length, 4, 'expected the PIDs of etcd and three weftd in the output');
+    await assertNothingLeft(pids);
+  });
+
+  it('--keep leaves a working demo (here host-gw), a second demo refuses to start, --clean removes it all', async () => {
+    started = true;
+    const kept = await runDemo(['--keep', '--backend', 'host-gw', '--cni-source', cniSource]);
+    assert.equal(kept.code, 0, show(kept));
+    assert.match(kept.stdout, /^\[12\/12\] keeping the demo \(--keep\) … ✔/m);
+    const pids = daemonPids(kept.stdout);
+    assert.equal(pids.length, 4, show(kept));
+    assert.deepEqual(pids.filter((p) => !alive(p)), [], 'etcd and weftd keep running');
+    assert.deepEqual(await demoNamespaces(), [
+      'weftdemo-internet',
+      'weftdemo-n1', 'weftdemo-n1-a', 'weftdemo-n1-b',
+      'weftdemo-n2', 'weftdemo-n2-a', 'weftdemo-n2-b',
+      'weftdemo-n3', 'weftdemo-n3-a', 'weftdemo-n3-b',
+      'weftdemo-underlay',
+    ]);
+    // host-gw: n1 routes each peer's subnet via that peer's underlay address (weft's proto 88).
+    const routes = JSON.parse(await ipn('weftdemo-n1', '-j', 'route', 'show', 'proto', '88')) as { gateway?: string; dev: string }[];
+    assert.deepEqual(routes.map((x) => `${x.gateway} ${x.dev}`).sort(), ['192.168.100.12 eth0', '192.168.100.13 eth0']);
+
+    // A kept demo blocks a new one (and the new one leaves it alone): step 1 fails, exit 1.
+    const second = await runDemo(['--cni-source', cniSource]);
+    assert.equal(second.code, 1, show(second));
+    assert.match(second.stdout, /^\[ 1\/12\] preflight: .* … ✘/m);
+    assert.match(second.stdout, /^demo FAILED after \d+\.\d\ds: step 1 \(preflight: root, programs, CNI bundles, no earlier demo\) failed: an earlier demo is still there \(weftdemo-internet, /m);
+    assert.equal((await demoNamespaces()).length, 11);
+    assert.deepEqual(pids.filter((p) => !alive(p)), []);
+
+    const clean = await runDemo(['--clean']);
+    assert.equal(clean.code, 0, show(clean));
+    assert.match(clean.stdout, /^removed 11 namespaces, stopped \d+ processes, removed \/run\/weft-demo$/m);
+    await assertNothingLeft(pids);
+
+    const again = await runDemo(['--clean']);
+    assert.equal(again.code, 0, show(again));
+    assert.equal(again.stdout, 'no demo to remove\n');
+  });
+
+  it('rejects an unknown backend with exit 2 and changes nothing', async () => {
+    const r = await runDemo(['--backend', 'udp']);
+    assert.equal(r.code, 2, show(r));
+    assert.match(r.stderr, /^--backend must be one of vxlan, host-gw, got "udp"$/m);
+    assert.equal(r.stdout, '');
+    assert.deepEqual(await demoNamespaces(), []);
+  });
+});
