@@ -1,4 +1,5 @@
-// weft: the operator CLI. `weft leases` shows every lease in the store.
+// weft: the operator CLI. `weft leases` shows every lease in the store, `weft status` this node's
+// daemon, `weft trace` one packet's path through this node.
 import yargs from 'yargs';
 import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX } from '../subnet/etcd/registry.js';
 import { EtcdSubnetManager } from '../subnet/etcd/manager.js';
@@ -7,6 +8,8 @@ import { VERSION } from '../version.js';
 import { etcdConnectOptions, normalizeGoFlags, type EtcdFlags } from './flags.js';
 import { defaultBundleDir, installCni } from './install-cni.js';
 import { leaseRow, renderTable, sortRows } from './leases-table.js';
+import { DEFAULT_STATUS_ENDPOINT, statusCommand } from './status.js';
+import { PROTOS, traceCommand } from './trace/command.js';
 
 async function leasesCommand(args: EtcdFlags & { output: 'table' | 'json' }): Promise<number> {
   let manager: EtcdSubnetManager;
@@ -30,6 +33,27 @@ async function leasesCommand(args: EtcdFlags & { output: 'table' | 'json' }): Pr
   } finally {
     await manager.close();
   }
+}
+
+/** The global etcd flags as weft's commands take them. */
+function etcdFlags(a: {
+  'etcd-endpoints': Array<string | number>;
+  'etcd-prefix': string;
+  'etcd-cafile': string;
+  'etcd-certfile': string;
+  'etcd-keyfile': string;
+  'etcd-username': string;
+  'etcd-password': string;
+}): EtcdFlags {
+  return {
+    etcdEndpoints: a['etcd-endpoints'].flatMap((e) => String(e).split(',')).filter(Boolean),
+    etcdPrefix: a['etcd-prefix'],
+    etcdCafile: a['etcd-cafile'],
+    etcdCertfile: a['etcd-certfile'],
+    etcdKeyfile: a['etcd-keyfile'],
+    etcdUsername: a['etcd-username'],
+    etcdPassword: a['etcd-password'],
+  };
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -77,6 +101,44 @@ async function main(argv: string[]): Promise<number> {
             process.stderr.write(`weft install-cni: ${(e as Error).message}\n`);
             code = 1;
           }
+        },
+      )
+      .command(
+        'status',
+        "this node's lease, backend, repairs and masquerade rules, from the running weftd (needs weftd --healthz-port)",
+        (y) =>
+          y
+            .option('endpoint', { type: 'string', default: DEFAULT_STATUS_ENDPOINT, describe: "weftd's health server (--healthz-ip/--healthz-port)" })
+            .option('output', { alias: 'o', choices: ['text', 'json'] as const, default: 'text' as const }),
+        async (a) => {
+          code = await statusCommand({ endpoint: a.endpoint, output: a.output });
+        },
+      )
+      .command(
+        'trace <src-ip> <dst-ip>',
+        "the path of one packet through this node (run it in the node's network namespace), hop by hop with evidence",
+        (y) =>
+          y
+            .positional('src-ip', { type: 'string', demandOption: true, describe: 'source address (a pod, this node, or outside)' })
+            .positional('dst-ip', { type: 'string', demandOption: true, describe: 'destination address' })
+            .option('proto', { choices: PROTOS, default: 'icmp' as const, describe: 'protocol of the packet' })
+            .option('dport', { type: 'number', describe: 'destination port (tcp/udp)' })
+            .option('output', { alias: 'o', choices: ['text', 'json'] as const, default: 'text' as const })
+            .option('subnet-file', { type: 'string', default: '/run/flannel/subnet.env', describe: "this node's subnet.env" })
+            .option('endpoint', { type: 'string', default: DEFAULT_STATUS_ENDPOINT, describe: "weftd's health server, for the rule mode and (without etcd) the leases" })
+            .option('etcd-timeout', { type: 'number', default: 5, describe: 'seconds to wait for etcd before using the leases the daemon reports' }),
+        async (a) => {
+          code = await traceCommand({
+            src: a['src-ip'],
+            dst: a['dst-ip'],
+            proto: a.proto,
+            dport: a.dport ?? null,
+            output: a.output,
+            subnetFile: a['subnet-file'],
+            etcd: etcdConnectOptions(etcdFlags(a)),
+            etcdTimeoutMs: a['etcd-timeout'] * 1000,
+            endpoint: a.endpoint,
+          });
         },
       )
       .demandCommand(1, 'name a command (see --help)')

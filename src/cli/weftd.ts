@@ -88,6 +88,7 @@ async function main(argv: string[]): Promise<number> {
         host: flags.healthzIp,
         port: flags.healthzPort,
         isReady: () => daemon.ready,
+        status: (opts) => daemon.status(opts),
         metrics,
         logger,
       });

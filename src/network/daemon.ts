@@ -17,6 +17,8 @@ import { writeSubnetEnv } from './subnetenv.js';
 import { RuleKeeper, type Runner } from '../ipmasq/keeper.js';
 import type { FamilyInput } from '../ipmasq/model.js';
 import { CommandError } from '../util/exec.js';
+import { VERSION } from '../version.js';
+import { buildStatus, DaemonActivity, type StatusOptions, type StatusSnapshot } from './status.js';
 
 export interface DaemonOptions {
   /** Interface flags; the address families come from the network config. */
@@ -53,6 +55,11 @@ export class FatalError extends Error {
 export class Daemon {
   private readyFlag = false;
   private lease: Lease | null = null;
+  // For status(): what the loop knows that the metrics do not.
+  private readonly activity = new DaemonActivity();
+  private config: NetworkConfig | null = null;
+  private backendType: string | null = null;
+  private watcher: LeaseWatcher | null = null;
 
   constructor(
     private readonly opts: DaemonOptions,
@@ -67,11 +74,33 @@ export class Daemon {
     return this.lease;
   }
 
+  /** The snapshot served on /status. */
+  status(opts: StatusOptions = {}): Promise<StatusSnapshot> {
+    return buildStatus(
+      {
+        weftVersion: VERSION,
+        subnetFile: this.opts.subnetFile,
+        config: this.config,
+        backendType: this.backendType,
+        lease: this.lease,
+        peers: this.watcher?.peers ?? [],
+        masquerade: this.opts.ipMasq,
+        forwardRules: this.opts.forwardRules,
+        rulesResync: this.opts.rulesResync,
+        reconcileInterval: this.opts.reconcileInterval,
+        activity: this.activity,
+      },
+      this.deps.metrics,
+      opts,
+    );
+  }
+
   /** Runs until `signal` aborts (resolves) or something fatal happens (rejects with FatalError). */
   async run(signal: AbortSignal): Promise<void> {
     const { logger: log, metrics, manager } = this.deps;
     await this.checkSubnetFileWritable();
     const config = await this.fetchConfig(signal);
+    this.config = config;
     const extIface = await this.selectInterface(config);
     log.info('using interface', {
       iface: extIface.name,
@@ -94,6 +123,7 @@ export class Daemon {
     } catch (e) {
       throw new FatalError((e as Error).message);
     }
+    this.backendType = backend.type;
     const { attrs, mtu } = await backend.prepare();
 
     const acquired = await this.retryStore('acquire', signal, () => manager.acquireLease(attrs, signal));
@@ -115,6 +145,7 @@ export class Daemon {
     metrics.ready.set(1);
 
     const watcher = new LeaseWatcher(() => this.lease);
+    this.watcher = watcher;
     const batcher = new EventBatcher();
     const onLease = (lease: Lease, how: AcquireHow) => {
       this.setExpiry(lease);
@@ -172,11 +203,13 @@ export class Daemon {
       const end = metrics.programmingDuration.startTimer();
       try {
         await backend.apply(batch, watcher.peers);
+        this.activity.backendPass('apply', null);
         for (const ev of batch) metrics.eventsApplied.inc({ type: ev.type });
         metrics.batchesApplied.inc();
         log.debug('applied lease events', { events: batch.length, peers: watcher.peers.length });
       } catch (e) {
         // The periodic reconcile converges on the full set; nothing is lost by going on.
+        this.activity.backendPass('apply', e as Error);
         log.error('backend failed to apply a batch; the next reconcile retries', { error: (e as Error).message });
       } finally {
         end();
@@ -196,7 +229,9 @@ export class Daemon {
       const end = metrics.reconcileDuration.startTimer();
       try {
         await backend.reconcile(watcher.peers);
+        this.activity.backendPass('reconcile', null);
       } catch (e) {
+        this.activity.backendPass('reconcile', e as Error);
         log.error('reconcile failed', { error: (e as Error).message });
       } finally {
         end();
@@ -220,9 +255,10 @@ export class Daemon {
   /** One rule pass; a missing iptables/nft program at start is fatal, anything else is retried by the loop. */
   private async syncRules(rules: RuleKeeper, atStart: boolean): Promise<void> {
     try {
-      await rules.reconcile();
+      this.activity.rulePass(await rules.reconcile());
       this.deps.metrics.ruleChecks.inc();
     } catch (e) {
+      this.activity.rulePass(e as Error);
       if (atStart && e instanceof CommandError && e.notFound) {
         throw new FatalError(`masquerade/forward rules: ${e.command} not found; install it, or run without --ip-masq and with --iptables-forward-rules=false`);
       }

@@ -1,9 +1,10 @@
 // Health and metrics HTTP server. /healthz and /readyz follow flannel's mustRunHealthz (flannel.md §4);
-// /metrics is weft's addition.
+// /metrics and /status (the JSON snapshot `weft status` reads) are weft's additions.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../util/log.js';
 import type { DaemonMetrics } from './metrics.js';
+import type { StatusOptions, StatusSnapshot } from './status.js';
 
 export interface HealthServerOptions {
   host: string;
@@ -11,6 +12,8 @@ export interface HealthServerOptions {
   isReady: () => boolean;
   metrics: DaemonMetrics;
   logger: Logger;
+  /** Serves /status when given (`?peers=true` adds the peer list); /status is 404 without it. */
+  status?: (opts: StatusOptions) => Promise<StatusSnapshot>;
   /** How long stop() lets in-flight requests finish before cutting connections. Flannel uses 3 s. */
   shutdownTimeoutMs?: number;
 }
@@ -34,6 +37,7 @@ function joinHostPort(host: string, port: number): string {
 }
 
 const TEXT = 'text/plain; charset=utf-8';
+const JSON_TYPE = 'application/json; charset=utf-8';
 
 export class HealthServer {
   private server: http.Server | undefined;
@@ -108,9 +112,10 @@ export class HealthServer {
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    const path = url.pathname;
     const head = req.method === 'HEAD';
-    const route = ROUTES.has(path);
+    const route = ROUTES.has(path) || path === '/status';
     this.opts.logger.debug('health server request', { method: req.method, path });
     if (!route) {
       send(res, head, 404, TEXT, '404 page not found\n');
@@ -132,6 +137,16 @@ export class HealthServer {
       case '/metrics': {
         const body = await this.opts.metrics.text();
         send(res, head, 200, this.opts.metrics.contentType, body);
+        return;
+      }
+      case '/status': {
+        const status = this.opts.status;
+        if (!status) {
+          send(res, head, 404, TEXT, '404 page not found\n');
+          return;
+        }
+        const snapshot = await status({ peers: ['true', '1'].includes(url.searchParams.get('peers') ?? '') });
+        send(res, head, 200, JSON_TYPE, `${JSON.stringify(snapshot, null, 2)}\n`);
         return;
       }
     }

@@ -226,14 +226,19 @@ export class Cluster {
   }
 
   async destroy(): Promise<void> {
-    await Promise.all(this.hosts.map((h) => h.weftd?.stop()));
+    // Everything is removed even when a daemon hangs; the hang is reported afterwards.
+    const stops = await Promise.allSettled(this.hosts.map((h) => h.weftd?.stop()));
     const etcd = this.etcdProc;
-    if (etcd && etcd.exitCode === null) {
+    if (etcd && etcd.exitCode === null && etcd.signalCode === null) {
       const exited = new Promise((resolve) => etcd.once('exit', resolve));
       etcd.kill('SIGTERM');
+      const timer = setTimeout(() => etcd.kill('SIGKILL'), 10_000);
       await exited;
+      clearTimeout(timer);
     }
     for (const ns of this.namespaces) await delNetns(ns);
     rmSync(this.dir, { recursive: true, force: true });
+    const failed = stops.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
   }
 }

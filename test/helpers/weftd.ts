@@ -47,10 +47,21 @@ export class WeftdProcess {
     return this.proc.exitCode === null && this.proc.signalCode === null;
   }
 
-  /** SIGTERM, then wait for the exit. */
-  async stop(): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-    if (this.running) this.proc.kill('SIGTERM');
-    return this.exited;
+  /**
+   * SIGTERM, then wait for the exit. A daemon that has not exited after `graceMs` is killed and the
+   * returned promise rejects with its output: a hanging shutdown is a bug to see, not a test timeout.
+   */
+  async stop(graceMs = 20_000): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+    if (!this.running) return this.exited;
+    this.proc.kill('SIGTERM');
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), graceMs)));
+    const first = await Promise.race([this.exited, late]);
+    clearTimeout(timer);
+    if (first !== 'late') return first;
+    this.proc.kill('SIGKILL');
+    await this.exited;
+    throw new Error(`weftd did not exit within ${graceMs} ms of SIGTERM; its output:\n${this.output.slice(-3000)}`);
   }
 
   kill(): void {

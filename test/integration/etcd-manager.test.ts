@@ -85,6 +85,15 @@ describe('etcd subnet manager (real etcd)', function () {
     };
   }
 
+  it('ends a lease watch at once when its signal was aborted before the call (stop during start-up)', async () => {
+    const m = manager();
+    const ctl = new AbortController();
+    ctl.abort();
+    const results: unknown[] = [];
+    for await (const r of m.watchLeases(ctl.signal)) results.push(r);
+    assert.deepEqual(results, []);
+  });
+
   it('gives 100 managers acquiring at once 100 distinct subnets', async () => {
     const ms = Array.from({ length: 100 }, () => manager());
     const got = await Promise.all(ms.map((m, i) => m.acquireLease(attrs(`10.99.${i >> 8}.${i & 255}`))));

@@ -288,6 +288,12 @@ export class EtcdSubnetManager implements SubnetManager {
       }
     };
 
+    // An abort listener added to an already-aborted signal never runs: a daemon told to stop
+    // during start-up would wait on this queue forever.
+    if (signal.aborted) {
+      queue.close();
+      return queue;
+    }
     signal.addEventListener(
       'abort',
       () => {
