@@ -45,11 +45,20 @@ export interface ExecOptions {
   readonly timeoutMs?: number;
 }
 
-export function execProgram(command: string, args: readonly string[], opts: ExecOptions = {}): Promise<ExecResult> {
-  return new Promise((resolve, reject) => {
-    const stdinMode = opts.input === undefined ? 'ignore' : 'pipe';
+/** A program started before its input is known: it waits on stdin until `feed`. */
+export interface StartedProgram {
+  /** Writes `input` to the program's stdin and closes it; only the first call writes. */
+  feed(input: string): void;
+  /** Settles when the program has exited (rejects with ExecError when it could not run). */
+  readonly result: Promise<ExecResult>;
+}
+
+function spawnProgram(command: string, args: readonly string[], stdin: 'ignore' | 'pipe', opts: ExecOptions): StartedProgram {
+  let fed = false;
+  let feedStdin: (input: string) => void = () => {};
+  const result = new Promise<ExecResult>((resolve, reject) => {
     const child = spawn(command, [...args], {
-      stdio: [stdinMode, 'pipe', 'pipe', ...(opts.extraFds ?? [])],
+      stdio: [stdin, 'pipe', 'pipe', ...(opts.extraFds ?? [])],
       timeout: opts.timeoutMs ?? 30_000,
       env: { ...process.env, LC_ALL: 'C' }, // messages we match on are the untranslated ones
     });
@@ -63,11 +72,38 @@ export function execProgram(command: string, args: readonly string[], opts: Exec
       else resolve({ code, stdout, stderr });
     });
     if (child.stdin) {
+      const input = child.stdin;
       // A program that exits without reading all of stdin must not crash us with EPIPE.
-      child.stdin.on('error', () => {});
-      child.stdin.end(opts.input);
+      input.on('error', () => {});
+      feedStdin = (text) => input.end(text);
     }
   });
+  // Whoever started it may fail elsewhere before awaiting it: that must not be an unhandled rejection.
+  result.catch(() => undefined);
+  return {
+    feed(input: string): void {
+      if (fed) return;
+      fed = true;
+      feedStdin(input);
+    },
+    result,
+  };
+}
+
+export function execProgram(command: string, args: readonly string[], opts: ExecOptions = {}): Promise<ExecResult> {
+  if (opts.input === undefined) return spawnProgram(command, args, 'ignore', opts).result;
+  const p = spawnProgram(command, args, 'pipe', opts);
+  p.feed(opts.input);
+  return p.result;
+}
+
+/**
+ * Starts `command` now with its stdin open, so that its start-up (fork, exec, nsenter, loading)
+ * overlaps whatever the caller still has to do before it knows the input. Every started program
+ * must be fed (an empty input lets `ip -batch` and `sysctl -p-` exit doing nothing).
+ */
+export function startProgram(command: string, args: readonly string[], opts: Omit<ExecOptions, 'input'> = {}): StartedProgram {
+  return spawnProgram(command, args, 'pipe', opts);
 }
 
 /** Runs and requires exit status 0. */

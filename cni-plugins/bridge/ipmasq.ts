@@ -9,20 +9,16 @@
 //
 // nftables backend (pkg/ip/ipmasq_nftables_linux.go): table inet cni_plugins_masquerade, one rule
 // per IP in masq_checks with a comment that starts with hash16(net)-hash16(ifname:cid).
-import { createHash } from 'node:crypto';
 import { accessSync, constants } from 'node:fs';
 import { IPNet, type Family } from '../../src/util/ip.js';
+import { sha512Hex } from '../skel/sha512.js';
 import { CommandFailedError, execChecked, execProgram } from './exec.js';
 
 // ---- names ----
 
-function sha512hex(s: string): string {
-  return createHash('sha512').update(s).digest('hex');
-}
-
 /** The reference utils.FormatChainName: "CNI-" + sha512 hex, 28 characters in all. */
 export function masqChainName(network: string, containerId: string): string {
-  return `CNI-${sha512hex(network + containerId)}`.slice(0, 28);
+  return `CNI-${sha512Hex(network + containerId)}`.slice(0, 28);
 }
 
 /** Go's %q for the plain strings CNI allows (escapes backslash and double quote). */
@@ -245,7 +241,7 @@ export const NFT_MASQ_CHAIN = 'masq_checks';
 const NFT_COMMENT_MAX = 128;
 
 function hash16(s: string): string {
-  return sha512hex(s).slice(0, 16);
+  return sha512Hex(s).slice(0, 16);
 }
 
 export function nftNetworkHash(network: string): string {

@@ -3,7 +3,7 @@
 // (so it cannot vanish or be swapped between the checks and the changes), typed views of
 // `ip -j` output, and direct /proc/sys writes for host sysctls.
 import { closeSync, openSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
-import { execProgram, type ExecResult } from './exec.js';
+import { execProgram, startProgram, type ExecResult, type StartedProgram } from './exec.js';
 
 /** statfs f_type of nsfs (and of procfs, for /proc/<pid>/ns/net on old kernels). */
 const NSFS_MAGIC = 0x6e736673;
@@ -151,25 +151,36 @@ export function parseBatchStderr(stderr: string): { failedLines: number[]; messa
   return { failedLines, message: all.join('; '), byLine };
 }
 
-async function runBatch(program: 'ip' | 'bridge', lines: readonly string[], opts: IpBatchOptions): Promise<IpBatchResult> {
+function batchFlags(opts: IpBatchOptions): string[] {
   const flags: string[] = [];
   if (opts.json) flags.push('-j');
   if (opts.details) flags.push('-d');
   if (opts.force) flags.push('-force');
   flags.push('-batch', '-');
-  let r: ExecResult;
-  const input = lines.join('\n') + '\n';
-  if (opts.netns) {
-    r = await execProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, program, ...flags], { input, extraFds: [opts.netns.fd] });
-  } else {
-    r = await execProgram(program, flags, { input, extraFds: opts.passNetns ? [opts.passNetns.fd] : [] });
-  }
+  return flags;
+}
+
+function batchResult(r: ExecResult, opts: IpBatchOptions): IpBatchResult {
   const { failedLines, message, byLine } = parseBatchStderr(r.stderr);
   let docs: unknown[] = [];
   if (opts.json) docs = splitJsonDocs(r.stdout);
   // nsenter's own failure (e.g. the netns went away) has no "Command failed" line.
   if (r.code !== 0 && failedLines.length === 0 && !opts.force) failedLines.push(0);
   return { code: r.code, docs, stderr: r.stderr, failedLines, message, byLine };
+}
+
+const batchInput = (lines: readonly string[]): string => lines.join('\n') + '\n';
+
+async function runBatch(program: 'ip' | 'bridge', lines: readonly string[], opts: IpBatchOptions): Promise<IpBatchResult> {
+  const flags = batchFlags(opts);
+  let r: ExecResult;
+  const input = batchInput(lines);
+  if (opts.netns) {
+    r = await execProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, program, ...flags], { input, extraFds: [opts.netns.fd] });
+  } else {
+    r = await execProgram(program, flags, { input, extraFds: opts.passNetns ? [opts.passNetns.fd] : [] });
+  }
+  return batchResult(r, opts);
 }
 
 export function ipBatch(lines: readonly string[], opts: IpBatchOptions = {}): Promise<IpBatchResult> {
@@ -180,10 +191,73 @@ export function bridgeBatch(lines: readonly string[], opts: IpBatchOptions = {})
   return runBatch('bridge', lines, opts);
 }
 
+/**
+ * An `ip -batch` inside a pod netns, started before its commands are known (see startPodIpBatch):
+ * `run` sends them, `cancel` lets it exit doing nothing. Only the first of the two counts.
+ */
+export class PendingPodBatch {
+  constructor(
+    private readonly started: StartedProgram,
+    private readonly opts: IpBatchOptions,
+  ) {}
+
+  async run(lines: readonly string[]): Promise<IpBatchResult> {
+    this.started.feed(batchInput(lines));
+    return batchResult(await this.started.result, this.opts);
+  }
+
+  cancel(): void {
+    this.started.feed('');
+  }
+
+  /** Settles once the program has exited, whatever its outcome. */
+  async done(): Promise<void> {
+    await this.started.result.catch(() => undefined);
+  }
+}
+
+/**
+ * Starts `nsenter --net=<pod> ip -batch -` now: the process start-up overlaps the host-side work,
+ * and the commands go in when they are known. Must be run or cancelled.
+ */
+export function startPodIpBatch(netns: NetnsHandle, opts: Omit<IpBatchOptions, 'netns' | 'passNetns'> = {}): PendingPodBatch {
+  const o: IpBatchOptions = { ...opts, netns };
+  const started = startProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, 'ip', ...batchFlags(o)], { extraFds: [netns.fd] });
+  return new PendingPodBatch(started, o);
+}
+
 /** Runs `sysctl -w` inside the pod netns; keys use '/' so interface names may contain dots. */
 export async function podSysctls(netns: NetnsHandle, settings: ReadonlyArray<readonly [string, string]>): Promise<ExecResult> {
   const args = [`--net=${NetnsHandle.CHILD_PATH}`, 'sysctl', '-q', '-e', '-w', ...settings.map(([k, v]) => `${k}=${v}`)];
   return execProgram('nsenter', args, { extraFds: [netns.fd] });
+}
+
+/** `sysctl -p-` inside a pod netns, started before the settings can be applied (see startPodSysctls). */
+export class PendingPodSysctls {
+  constructor(private readonly started: StartedProgram) {}
+
+  /** Sends the settings (one `key=value` line each, as `sysctl -w` takes them) and waits for sysctl. */
+  run(settings: ReadonlyArray<readonly [string, string]>): Promise<ExecResult> {
+    this.started.feed(settings.map(([k, v]) => `${k}=${v}\n`).join(''));
+    return this.started.result;
+  }
+
+  cancel(): void {
+    this.started.feed('');
+  }
+
+  async done(): Promise<void> {
+    await this.started.result.catch(() => undefined);
+  }
+}
+
+/**
+ * Starts `nsenter --net=<pod> sysctl -q -e -p-` now (settings read from stdin, applied like
+ * `sysctl -q -e -w`), so its start-up overlaps the host-side work. Must be run or cancelled.
+ */
+export function startPodSysctls(netns: NetnsHandle): PendingPodSysctls {
+  const args = [`--net=${NetnsHandle.CHILD_PATH}`, 'sysctl', '-q', '-e', '-p-'];
+  return new PendingPodSysctls(startProgram('nsenter', args, { extraFds: [netns.fd] }));
 }
 
 /** Writes a host sysctl (the plugin runs in the host netns); path relative to /proc/sys. */

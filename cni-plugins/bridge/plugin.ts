@@ -4,8 +4,10 @@
 //   ADD  host:  one `ip -force -batch`: bridge created or read (as it was before our port joined),
 //               veth pair with the container end created directly in the pod netns (held open as
 //               fd 3), port flags, up                    ‖ IPAM ADD (in-process for weft's host-local)
-//        then   `nsenter sysctl -w` (layer 3)  ‖ `bridge -batch` (VLANs only)
+//        then   `nsenter sysctl -p-` (layer 3)  ‖ `bridge -batch` (VLANs only)
 //        then   `nsenter ip -batch`: addresses, up, routes, read back
+//               (both pod-side programs are started right after the host batch and wait on
+//               stdin: only their input, not their start-up, is on the critical path)
 //               ‖ one `ip -batch` for the gateway address + MAC pin (only when it changes)
 //               ‖ ipMasq: one `iptables-restore` per family (or one `nft -j`)
 //        Any failure undoes what was made (veth, IPAM reservation, rules) and reports the first
@@ -15,9 +17,7 @@
 //        netns is gone or CNI_NETNS is empty (reference bug #810).
 //   CHECK as the reference; GC: IPAM GC + this network's ipMasq state of stale containers;
 //   STATUS: IPAM STATUS.
-import { randomBytes } from 'node:crypto';
 import { fstatSync, statSync } from 'node:fs';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Family } from '../../src/util/ip.js';
 import { delegateAdd, delegateCheck, delegateDel, delegateGC, delegateStatus } from '../skel/delegate.js';
 import { CniError, ErrorCode, type CniInterface, type CniPlugin, type CniRequest, type CniResult } from '../skel/types.js';
@@ -34,8 +34,12 @@ import {
   NetnsNotFoundError,
   podSysctls,
   routesOf,
+  startPodIpBatch,
+  startPodSysctls,
   writeHostSysctl,
   type IpBatchResult,
+  type PendingPodBatch,
+  type PendingPodSysctls,
   type IpLink,
 } from './iproute.js';
 import {
@@ -66,6 +70,7 @@ import {
   type Gateways,
 } from './plan.js';
 import { setupSpoofCheck, spoofRefId, teardownSpoofCheck } from './spoofcheck.js';
+import { randomBytesSync } from '../skel/random.js';
 
 /** How the plugin reaches its IPAM plugin: `type` is the plugin name, `stdin` the full config. */
 export interface IpamDelegates {
@@ -81,6 +86,8 @@ export interface BridgeDeps {
 }
 
 const VETH_NAME_ATTEMPTS = 10;
+/** A plain timer: node:timers/promises would be one more module to load at start. */
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 /** The reference's waits for the host veth to become operationally up. */
 const OPER_UP_SLEEPS_MS = [0, 50, 500, 1000, 1000];
 const SETTLE_TIMEOUT_MS = 5000;
@@ -157,7 +164,7 @@ async function plugHost(req: CniRequest, conf: BridgeConf, ns: NetnsHandle, undo
   const br = conf.bridge;
   const vlanGwName = conf.ipamType !== '' && conf.isGateway && conf.vlan !== 0 ? `${br}.${conf.vlan}` : null;
   for (let attempt = 1; ; attempt++) {
-    const hostVeth = randomVethName(randomBytes(4));
+    const hostVeth = randomVethName(randomBytesSync(4));
     const b = hostBatch({
       bridge: br,
       mtu: conf.mtu,
@@ -254,7 +261,7 @@ async function configureGateway(conf: BridgeConf, host: HostDone, gws: Gateways)
       existing = host.vlanGw.addrs;
       pinMac = host.vlanGw.address;
     } else {
-      newPeer = randomVethName(randomBytes(4));
+      newPeer = randomVethName(randomBytesSync(4));
       lines.push(...vlanGatewayLines(conf.bridge, dev, newPeer, host.bridge.mtu));
       existing = [];
       pinMac = null; // a new veth's MAC does not float
@@ -306,8 +313,11 @@ async function settleAddresses(ns: NetnsHandle, ifname: string): Promise<void> {
   }
 }
 
-/** The pod side after IPAM: addresses, up, routes; returns the container interface as read back. */
-async function configurePod(req: CniRequest, conf: BridgeConf, gws: Gateways | null, ns: NetnsHandle): Promise<IpLink> {
+/**
+ * The pod side after IPAM: addresses, up, routes; returns the container interface as read back.
+ * The first batch goes to `pending`, the pod-side `ip` started at the beginning of the ADD.
+ */
+async function configurePod(req: CniRequest, conf: BridgeConf, gws: Gateways | null, ns: NetnsHandle, pending: PendingPodBatch): Promise<IpLink> {
   const ifname = req.ifname;
   const up = !conf.disableContainerInterface;
   const lines: BatchLine[] = [];
@@ -324,10 +334,7 @@ async function configurePod(req: CniRequest, conf: BridgeConf, gws: Gateways | n
     lines.push({ line: `link set dev ${ifname} up`, what: `failed to set "${ifname}" up` });
   }
   lines.push({ line: `link show dev ${ifname}`, what: 'failed to retrieve link' });
-  let r = await ipBatch(
-    lines.map((l) => l.line),
-    { netns: ns, json: true },
-  );
+  let r = await pending.run(lines.map((l) => l.line));
   if (r.code !== 0) throw batchError(r, lines);
   if (settle && gws) {
     await settleAddresses(ns, ifname);
@@ -415,24 +422,58 @@ async function add(deps: BridgeDeps, req: CniRequest): Promise<CniResult> {
     throw netnsError(req.netns, e);
   }
   const undo = new Undo();
+  const early = new EarlyPod(ns, conf.ipamType !== '');
   try {
-    return await addIn(deps, req, conf, ns, undo);
+    return await addIn(deps, req, conf, ns, undo, early);
   } catch (e) {
+    early.cancel(); // before the undo: nothing more may happen in the pod
     throw withCleanup(e, await undo.run());
   } finally {
+    early.cancel();
+    await early.done();
     ns.close();
+  }
+}
+
+/**
+ * The pod-side programs of an ADD (`ip -batch`, and `sysctl` for layer 3), started right after
+ * the host batch and given their input when it is known, so that their start-up (fork, nsenter,
+ * exec) overlaps the host batch and IPAM instead of following them. Whatever was not given its
+ * input is cancelled (it exits doing nothing) when the ADD ends.
+ */
+class EarlyPod {
+  private started: { readonly batch: PendingPodBatch; readonly sysctls: PendingPodSysctls | null } | null = null;
+
+  constructor(
+    private readonly ns: NetnsHandle,
+    private readonly layer3: boolean,
+  ) {}
+
+  start(): { readonly batch: PendingPodBatch; readonly sysctls: PendingPodSysctls | null } {
+    this.started ??= { batch: startPodIpBatch(this.ns, { json: true }), sysctls: this.layer3 ? startPodSysctls(this.ns) : null };
+    return this.started;
+  }
+
+  cancel(): void {
+    this.started?.batch.cancel();
+    this.started?.sysctls?.cancel();
+  }
+
+  async done(): Promise<void> {
+    await Promise.all([this.started?.batch.done(), this.started?.sysctls?.done()]);
   }
 }
 
 /** IPAM plugins that refuse a second allocation for the same attachment (host-local does). */
 const REFUSES_DUPLICATES = new Set(['host-local']);
 
-async function addIn(deps: BridgeDeps, req: CniRequest, conf: BridgeConf, ns: NetnsHandle, undo: Undo): Promise<CniResult> {
+async function addIn(deps: BridgeDeps, req: CniRequest, conf: BridgeConf, ns: NetnsHandle, undo: Undo, early: EarlyPod): Promise<CniResult> {
   const layer3 = conf.ipamType !== '';
   // The reference creates the veth before IPAM so that a duplicate ADD fails before it could
   // reach an IPAM DEL releasing the existing attachment's address. An IPAM that refuses the
   // duplicate itself cannot be released by mistake, so it runs alongside the host batch.
   const hostP = plugHost(req, conf, ns, undo);
+  const pod = early.start(); // after the host batch's spawn: that one is on the critical path
   const ipamAdd = async (): Promise<CniResult | null> => {
     if (!layer3) return null;
     const r = await deps.ipam.add(req, conf.ipamType, req.stdin);
@@ -459,7 +500,7 @@ async function addIn(deps: BridgeDeps, req: CniRequest, conf: BridgeConf, ns: Ne
   });
   masqP.catch(() => undefined); // handled when joined below; never an unhandled rejection meanwhile
   // The container sysctls (before its addresses) and the port's VLANs only need the veth.
-  const sysP = hostP.then((): Promise<unknown> => (layer3 ? podSysctls(ns, podSysctlSettings(req.ifname, conf.enabledad)) : Promise.resolve()));
+  const sysP = hostP.then((): Promise<unknown> => (pod.sysctls ? pod.sysctls.run(podSysctlSettings(req.ifname, conf.enabledad)) : Promise.resolve()));
   const vlanP = hostP.then((host) => applyVlans(conf, host, host.hostVeth.ifname));
   const setup = await Promise.allSettled([hostP, ipamP, gwsP, sysP, vlanP]);
   const failed = setup.find((r): r is PromiseRejectedResult => r.status === 'rejected');
@@ -473,7 +514,7 @@ async function addIn(deps: BridgeDeps, req: CniRequest, conf: BridgeConf, ns: Ne
 
   const [gwR, podR, masqR] = await Promise.allSettled([
     gws ? configureGateway(conf, host, gws) : Promise.resolve({ bridge: host.bridge, gwIface: null }),
-    configurePod(req, conf, gws, ns),
+    configurePod(req, conf, gws, ns, pod.batch),
     masqP,
   ]);
   for (const r of [podR, gwR, masqR]) if (r.status === 'rejected') throw r.reason;

@@ -1,9 +1,12 @@
 // The scratch state flannel keeps per container: `<dataDir>/<containerID>` holds the exact
 // delegate config bytes of the ADD, replayed on DEL (and, here, CHECK). Same layout and modes as
 // flannel (dir 0700, file 0600), so state written by flannel's plugin is read by weft's and back.
-import { randomBytes } from 'node:crypto';
-import { mkdir, open, readdir, readFile, rename, rm, unlink } from 'node:fs/promises';
+//
+// File access is synchronous: the files are tiny, a plugin process serves one request, and
+// node:fs/promises (plus node:crypto for the temp name) would add ~5 ms to every start.
+import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { randomBytesSync } from '../skel/random.js';
 
 /** CNI_CONTAINERID's grammar (skel): no "/", cannot start with "." — safe as a file name. */
 const CONTAINER_ID = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
@@ -34,30 +37,36 @@ export function statePath(dataDir: string, containerId: string): string {
  */
 export async function writeState(dataDir: string, containerId: string, data: string): Promise<void> {
   const path = statePath(dataDir, containerId);
-  const tmp = join(dataDir, `.${containerId}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`);
+  const tmp = join(dataDir, `.${containerId}.tmp-${process.pid}-${randomBytesSync(4).toString('hex')}`);
   let tmpCreated = false;
   try {
-    await mkdir(dataDir, { recursive: true, mode: 0o700 });
-    const fh = await open(tmp, 'wx', 0o600);
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    const fd = openSync(tmp, 'wx', 0o600);
     tmpCreated = true;
     try {
-      await fh.writeFile(data, 'utf8');
-      await fh.sync();
+      writeFileSync(fd, data, 'utf8');
+      fsyncSync(fd);
     } finally {
-      await fh.close();
+      closeSync(fd);
     }
-    await rename(tmp, path);
+    renameSync(tmp, path);
     tmpCreated = false;
   } catch (e) {
-    if (tmpCreated) await rm(tmp, { force: true }).catch(() => undefined);
+    if (tmpCreated) {
+      try {
+        rmSync(tmp, { force: true });
+      } catch {
+        // the write error is the one to report
+      }
+    }
     throw new StateFileError(path, 'write', e);
   }
   try {
-    const dir = await open(dataDir, 'r');
+    const dir = openSync(dataDir, 'r');
     try {
-      await dir.sync();
+      fsyncSync(dir);
     } finally {
-      await dir.close();
+      closeSync(dir);
     }
   } catch {
     // fsync on a directory is refused by some filesystems; the file itself is synced.
@@ -68,7 +77,7 @@ export async function writeState(dataDir: string, containerId: string, data: str
 export async function readState(dataDir: string, containerId: string): Promise<string | null> {
   const path = statePath(dataDir, containerId);
   try {
-    return await readFile(path, 'utf8');
+    return readFileSync(path, 'utf8');
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT' || code === 'ENOTDIR') return null;
@@ -80,7 +89,7 @@ export async function readState(dataDir: string, containerId: string): Promise<s
 export async function removeState(dataDir: string, containerId: string): Promise<void> {
   const path = statePath(dataDir, containerId);
   try {
-    await unlink(path);
+    unlinkSync(path);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT' || code === 'ENOTDIR') return;
@@ -99,7 +108,7 @@ export interface StateListing {
 export async function listState(dataDir: string): Promise<StateListing> {
   let entries;
   try {
-    entries = await readdir(dataDir, { withFileTypes: true });
+    entries = readdirSync(dataDir, { withFileTypes: true });
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT' || code === 'ENOTDIR') return { containerIds: [], tempFiles: [] };
@@ -120,5 +129,5 @@ export async function listState(dataDir: string): Promise<StateListing> {
 /** Removes one leftover temp file (GC runs with no ADD in flight, so none is in use). */
 export async function removeTempFile(dataDir: string, name: string): Promise<void> {
   if (!TEMP_FILE.test(name)) throw new RangeError(`not a flannel state temp file: ${JSON.stringify(name)}`);
-  await rm(join(dataDir, name), { force: true });
+  rmSync(join(dataDir, name), { force: true });
 }

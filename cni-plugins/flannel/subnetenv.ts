@@ -1,7 +1,7 @@
 // Reading subnet.env the way flannel's CNI plugin does (flannel.go loadFlannelSubnetEnv): one
 // KEY=VALUE per line, unknown lines ignored, a later line wins over an earlier one. weftd writes
 // the file (src/network/subnetenv.ts); this side only reads it.
-import { readFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
 
 import { IPNet, type Family } from '../../src/util/ip.js';
 
@@ -120,7 +120,7 @@ export function parseFlannelSubnetEnv(text: string, file: string): FlannelSubnet
 export async function loadFlannelSubnetEnv(file: string): Promise<FlannelSubnetEnv> {
   let text: string;
   try {
-    text = await readFile(file, 'utf8');
+    text = readFileSync(file, 'utf8'); // sync: node:fs/promises costs ~1.5 ms to load
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     if (err.code === 'ENOENT' || err.code === 'ENOTDIR') {

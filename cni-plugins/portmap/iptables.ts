@@ -1,8 +1,10 @@
-// The iptables driver: one `iptables-save -t nat` to read a family's nat table and one
-// `iptables-restore -w --noflush` transaction to change it (the reference runs 27 iptables
-// processes for an ADD). Plans are computed from what was read; a plan written against a table
-// another process changed in between fails as a whole (its -N/-D no longer apply) and is
-// recomputed from a fresh read.
+// The iptables driver: one `iptables-restore -w --noflush` transaction per family to change the
+// nat table (the reference runs 27 iptables processes for an ADD). Usually that transaction is
+// written without reading the table first (a "blind" plan whose -N/-C/-D lines only apply when
+// the table is in the expected state, so it fails as a whole otherwise); when it fails, or when
+// there is none, the table is read with one `iptables-save -t nat` and the plan is computed from
+// what was read. Such a plan, written against a table another process changed in between, fails
+// as a whole too and is recomputed from a fresh read.
 import type { Family } from '../../src/util/ip.js';
 import { parseSave, type SavedNat } from './rules.js';
 import { runTool } from './sys.js';
@@ -47,13 +49,31 @@ export async function restoreNat(family: Family, payload: string): Promise<void>
   await runTool(xtTools(family).restore, ['-w', '--noflush'], payload);
 }
 
+export interface ApplyOptions {
+  /** The table as already read. */
+  readonly saved?: SavedNat;
+  /**
+   * A payload to try before reading the table: one that either does exactly what `plan` would
+   * do or fails as a whole. Its failure only means "read the table and plan".
+   */
+  readonly blind?: string;
+}
+
 /**
- * Reads the family's nat table, writes `plan(saved)` (nothing when it is null) and, if the
- * transaction fails, re-reads and tries again while the plan keeps changing. `saved` may be
- * passed in when already read.
+ * Writes `opts.blind` if given and that succeeds; otherwise reads the family's nat table, writes
+ * `plan(saved)` (nothing when it is null) and, if the transaction fails, re-reads and tries again
+ * while the plan keeps changing.
  */
-export async function applyNat(family: Family, plan: (saved: SavedNat) => string | null, saved?: SavedNat): Promise<void> {
-  let current = saved ?? (await readNat(family));
+export async function applyNat(family: Family, plan: (saved: SavedNat) => string | null, opts: ApplyOptions = {}): Promise<void> {
+  if (opts.blind !== undefined && opts.saved === undefined) {
+    try {
+      await restoreNat(family, opts.blind);
+      return;
+    } catch {
+      // not in the expected state (or iptables is not usable): read it, and report from there
+    }
+  }
+  let current = opts.saved ?? (await readNat(family));
   let payload = plan(current);
   for (let attempt = 1; payload !== null; attempt++) {
     try {

@@ -9,7 +9,18 @@ import { addrOf, containerAddrs, parseConfig, type Backend, type ContainerAddrs,
 import { applyNat, IptablesUnusableError, readNat } from './iptables.js';
 import { listNftTable, runNftScript } from './nftables.js';
 import { checkNft, desiredNft, nftFamily, renderNftAdd, renderNftDelete, rulesOfContainer, type NftFamily, type NftRule, type NftTable } from './nftrules.js';
-import { checkIptables, desiredIptables, ownedChains, planAdd, planTeardown, staleChains } from './rules.js';
+import {
+  checkIptables,
+  desiredIptables,
+  dnatEntryRules,
+  oldSnatChainName,
+  ownedChains,
+  planAdd,
+  planAddBlind,
+  planTeardown,
+  planTeardownBlind,
+  staleChains,
+} from './rules.js';
 import { enableRouteLocalnet, findBinary, flushUdpConntrack, warn } from './sys.js';
 
 const FAMILIES: readonly Family[] = [4, 6];
@@ -40,8 +51,10 @@ function internal(msg: string): CniError {
 
 // ---- iptables ----
 
-async function teardownIptables(family: Family, name: string, containerId: string): Promise<void> {
-  await applyNat(family, (saved) => planTeardown(ownedChains(name, containerId), saved));
+async function teardownIptables(family: Family, conf: PortMapConfig, containerId: string): Promise<void> {
+  const { dnatChain, entryRules } = dnatEntryRules(conf, containerId, family);
+  const blind = planTeardownBlind(dnatChain, entryRules, oldSnatChainName(conf.name, containerId));
+  await applyNat(family, (saved) => planTeardown(ownedChains(conf.name, containerId), saved), { blind });
 }
 
 async function addIptables(conf: PortMapConfig, containerId: string, addrs: ContainerAddrs): Promise<void> {
@@ -50,7 +63,7 @@ async function addIptables(conf: PortMapConfig, containerId: string, addrs: Cont
     families.map(async (f) => {
       const want = desiredIptables(conf, containerId, f, addrOf(addrs, f)!);
       try {
-        await applyNat(f, (saved) => planAdd(want, saved));
+        await applyNat(f, (saved) => planAdd(want, saved), { blind: planAddBlind(want) });
       } catch (e) {
         throw internal(`unable to set up ${ipv(f)} port mappings: ${(e as Error).message}`);
       }
@@ -59,16 +72,41 @@ async function addIptables(conf: PortMapConfig, containerId: string, addrs: Cont
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (failed) {
     // A failed ADD leaves nothing of this container behind, in either family.
-    await Promise.all(families.map((f) => teardownIptables(f, conf.name, containerId).catch(() => undefined)));
+    await Promise.all(families.map((f) => teardownIptables(f, conf, containerId).catch(() => undefined)));
     throw failed.reason;
   }
 }
 
-async function delIptables(conf: PortMapConfig, containerId: string): Promise<void> {
-  const results = await Promise.allSettled(FAMILIES.map((f) => teardownIptables(f, conf.name, containerId)));
-  const unusable = results.filter((r) => r.status === 'rejected' && r.reason instanceof IptablesUnusableError);
+/**
+ * The families DEL has to clean: with a prevResult that gives the container an address, only
+ * those families (ADD wrote rules for no other); otherwise both.
+ */
+function delFamilies(prev: CniResult | undefined, ifname: string): Family[] {
+  if (!prev) return [...FAMILIES];
+  let addrs: ContainerAddrs;
+  try {
+    addrs = containerAddrs(prev, ifname);
+  } catch {
+    return [...FAMILIES]; // an unparsable prevResult must not keep DEL from cleaning up
+  }
+  const fams = familiesOf(addrs);
+  return fams.length > 0 ? fams : [...FAMILIES];
+}
+
+async function delIptables(conf: PortMapConfig, containerId: string, families: readonly Family[]): Promise<void> {
+  const attempted = [...families];
+  let results = await Promise.allSettled(attempted.map((f) => teardownIptables(f, conf, containerId)));
+  const isUnusable = (r: PromiseSettledResult<void>): boolean => r.status === 'rejected' && r.reason instanceof IptablesUnusableError;
+  if (attempted.length < FAMILIES.length && results.every(isUnusable)) {
+    // Only an unusable family was tried: decide as before, on both families, so that the outcome
+    // (an error only when neither is usable) does not depend on the family skipped.
+    const rest = FAMILIES.filter((f) => !attempted.includes(f));
+    results = [...results, ...(await Promise.allSettled(rest.map((f) => teardownIptables(f, conf, containerId))))];
+    attempted.push(...rest);
+  }
+  const unusable = results.filter(isUnusable);
   const failures = results.flatMap((r, i) =>
-    r.status === 'rejected' && !(r.reason instanceof IptablesUnusableError) ? [`could not teardown ${ipv(FAMILIES[i]!)} dnat: ${(r.reason as Error).message}`] : [],
+    r.status === 'rejected' && !(r.reason instanceof IptablesUnusableError) ? [`could not teardown ${ipv(attempted[i]!)} dnat: ${(r.reason as Error).message}`] : [],
   );
   // Without mappings in the request there is nothing the runtime expects us to remove: best effort.
   const strict = conf.portMappings.length > 0;
@@ -147,7 +185,7 @@ async function add(req: CniRequest): Promise<CniResult> {
     // 127.0.0.1 may then cross to the container's interface (the localhost hostPort rule).
     if (addrs.v4 && conf.snat) enableRouteLocalnet(addrs.v4.ip);
   } catch (e) {
-    if (conf.backend === 'iptables') await Promise.all(FAMILIES.map((f) => teardownIptables(f, conf.name, cid).catch(() => undefined)));
+    if (conf.backend === 'iptables') await Promise.all(FAMILIES.map((f) => teardownIptables(f, conf, cid).catch(() => undefined)));
     else await delNft(cid).catch(() => undefined);
     throw internal((e as Error).message);
   }
@@ -160,7 +198,7 @@ async function add(req: CniRequest): Promise<CniResult> {
 async function del(req: CniRequest): Promise<void> {
   const conf = configOf(req, 'failed to parse config: ');
   if (conf.backend === 'iptables') {
-    await delIptables(conf, req.containerId);
+    await delIptables(conf, req.containerId, delFamilies(req.config.prevResult, req.ifname));
     return;
   }
   try {

@@ -3,11 +3,11 @@
 // `-m tcp` spelled out), so the same text is the iptables-restore payload, the read-back
 // comparison for CHECK, and the `-D` spec for teardown. Chain names, comments, rule order and
 // mark values are the reference plugin's (containernetworking/plugins meta/portmap, v1.1.1).
-import { createHash } from 'node:crypto';
 
 import { IPAddr, IPNet, type Family } from '../../src/util/ip.js';
 import type { ContainerAddr, PortMapConfig } from './config.js';
 import { conditionsOf } from './config.js';
+import { sha512Hex } from '../skel/sha512.js';
 
 export const TOP_DNAT_CHAIN = 'CNI-HOSTPORT-DNAT';
 export const SETMARK_CHAIN = 'CNI-HOSTPORT-SETMARK';
@@ -25,7 +25,7 @@ const MULTIPORT_MAX = 15;
 export function formatChainName(name: string, id: string, prefix: string): string {
   const head = `CNI-${prefix}`;
   if (head.length >= MAX_CHAIN_LEN) throw new RangeError(`chain prefix ${prefix} too long`);
-  const hex = createHash('sha512').update(name + id).digest('hex');
+  const hex = sha512Hex(name + id);
   return head + hex.slice(0, MAX_CHAIN_LEN - head.length);
 }
 
@@ -153,17 +153,18 @@ export function splitConditions(conds: readonly string[], family: Family): { gen
 }
 
 /**
- * The rules for one family of one container. Mappings whose hostIP is of the other family are
- * left out of the container chain (but, as in the reference, their ports stay in the multiport
- * entry rules, where they match nothing extra that the chain would act on).
+ * The container chain's name and the rules in CNI-HOSTPORT-DNAT that jump to it, for one family:
+ * ports grouped per protocol, protocols sorted, 15 ports per rule. They do not depend on the
+ * container's address, so DEL can compute them without prevResult.
  */
-export function desiredIptables(conf: PortMapConfig, containerId: string, family: Family, addr: ContainerAddr): XtDesired {
+export function dnatEntryRules(
+  conf: PortMapConfig,
+  containerId: string,
+  family: Family,
+): { dnatChain: string; entryRules: string[]; conditionsOpaque: boolean } {
   const dnatChain = dnatChainName(conf.name, containerId);
   const comment = quoteToken(dnatComment(conf.name, containerId));
-  const setMarkChain = conf.externalSetMarkChain ?? SETMARK_CHAIN;
   const { generic, rest, opaque } = splitConditions(conditionsOf(conf, family), family);
-
-  // Entry rules: ports grouped per protocol, protocols sorted, 15 ports per rule.
   const byProto = new Map<string, number[]>();
   for (const pm of conf.portMappings) {
     const list = byProto.get(pm.protocol) ?? [];
@@ -178,6 +179,17 @@ export function desiredIptables(conf: PortMapConfig, containerId: string, family
       );
     }
   }
+  return { dnatChain, entryRules, conditionsOpaque: opaque };
+}
+
+/**
+ * The rules for one family of one container. Mappings whose hostIP is of the other family are
+ * left out of the container chain (but, as in the reference, their ports stay in the multiport
+ * entry rules, where they match nothing extra that the chain would act on).
+ */
+export function desiredIptables(conf: PortMapConfig, containerId: string, family: Family, addr: ContainerAddr): XtDesired {
+  const { dnatChain, entryRules, conditionsOpaque } = dnatEntryRules(conf, containerId, family);
+  const setMarkChain = conf.externalSetMarkChain ?? SETMARK_CHAIN;
 
   // Per mapping: hairpin mark, localhost mark (v4), DNAT — the marks must come first.
   const rules: string[] = [];
@@ -205,7 +217,7 @@ export function desiredIptables(conf: PortMapConfig, containerId: string, family
     chainRules,
     entryRules,
     mark: ownsMark ? { setMark: setMarkSpec(conf.markMasqBit), masq: masqSpec(conf.markMasqBit) } : null,
-    conditionsOpaque: opaque,
+    conditionsOpaque,
   };
 }
 
@@ -286,6 +298,27 @@ export function planAdd(want: XtDesired, saved: SavedNat): string {
   return wrap([...decl, ...body]);
 }
 
+/**
+ * The ADD payload written without reading the table, for the common case: a new container chain
+ * and shared chains and jumps already in place (every pod after the first on a node). Its `-N`
+ * fails when the container chain exists (then jumps to it may exist too, which only a read can
+ * tell) and its `-C` lines fail when a shared chain, jump or masquerade rule is missing (e.g.
+ * after something flushed PREROUTING, OUTPUT or POSTROUTING); a failure rolls back the whole
+ * transaction and the caller falls back to reading the table and `planAdd`, which restores the
+ * missing pieces. When it succeeds it has done exactly what `planAdd` would have done, which in
+ * that state is: create the chain, fill it, append its entry rules.
+ */
+export function planAddBlind(want: XtDesired): string {
+  const lines = [`-N ${want.dnatChain}`];
+  for (const c of TOP_JUMP_CHAINS) lines.push(`-C ${c} ${TOP_JUMP_SPEC}`);
+  if (want.mark) {
+    lines.push(`-C ${SETMARK_CHAIN} ${want.mark.setMark}`, `-C ${MASQ_CHAIN} ${want.mark.masq}`, `-C POSTROUTING ${MASQ_JUMP_SPEC}`);
+  }
+  for (const spec of want.chainRules) lines.push(`-A ${want.dnatChain} ${spec}`);
+  for (const spec of want.entryRules) lines.push(`-A ${TOP_DNAT_CHAIN} ${spec}`);
+  return wrap(lines);
+}
+
 /** A per-container chain and the shared chain that jumps to it. */
 export interface OwnedChain {
   readonly chain: string;
@@ -305,6 +338,20 @@ export function planTeardown(chains: readonly OwnedChain[], saved: SavedNat): st
     if (saved.chains.has(chain)) lines.push(`:${chain} - [0:0]`, `-X ${chain}`);
   }
   return lines.length === 0 ? null : wrap(lines);
+}
+
+/**
+ * The DEL payload written without reading the table: deletes the container chain's entry rules
+ * as ADD wrote them (`entryRules`), then the container chain and the pre-0.7 SNAT chain (each
+ * declared first, so one that does not exist is created and removed again). It fails as a whole,
+ * and the caller falls back to reading the table and `planTeardown`, whenever anything else
+ * still refers to either chain or an entry rule is not there (already deleted, or written with
+ * other mappings or conditions). When it succeeds it has done what `planTeardown` would have.
+ */
+export function planTeardownBlind(dnatChain: string, entryRules: readonly string[], oldSnatChain: string): string {
+  const lines = entryRules.map((spec) => `-D ${TOP_DNAT_CHAIN} ${spec}`);
+  for (const chain of [dnatChain, oldSnatChain]) lines.push(`:${chain} - [0:0]`, `-X ${chain}`);
+  return wrap(lines);
 }
 
 /** Extracts the fields CHECK compares loosely when the conditions are opaque. */

@@ -4,8 +4,7 @@
 // descriptor. flock locks belong to the open file description, which the child shares with us, so
 // the lock stays held after flock(1) exits and is released when we close our descriptor.
 import { spawn } from 'node:child_process';
-import { constants, existsSync } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { closeSync, constants, existsSync, openSync } from 'node:fs';
 
 export class FileLockError extends Error {
   constructor(
@@ -62,18 +61,18 @@ function takeLock(path: string, fd: number, timeoutSeconds: number | undefined):
  * path from inside `fn` waits forever, as it would with flock(2) on two descriptors.
  */
 export async function withFileLock<T>(path: string, fn: () => Promise<T>, opts: FileLockOptions = {}): Promise<T> {
-  let handle;
+  let fd: number;
   try {
     // Read-only like go-filemutex: flock needs no write access, and a read-only open works on a
-    // lock file another user created with mode 0750.
-    handle = await open(path, constants.O_RDONLY | constants.O_CREAT, opts.mode ?? 0o750);
+    // lock file another user created with mode 0750. (Sync: node:fs/promises costs ~1.5 ms to load.)
+    fd = openSync(path, constants.O_RDONLY | constants.O_CREAT, opts.mode ?? 0o750);
   } catch (e) {
     throw new FileLockError(path, (e as Error).message);
   }
   try {
-    await takeLock(path, handle.fd, opts.timeoutSeconds);
+    await takeLock(path, fd, opts.timeoutSeconds);
     return await fn();
   } finally {
-    await handle.close();
+    closeSync(fd);
   }
 }

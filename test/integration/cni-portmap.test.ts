@@ -432,6 +432,97 @@ describe('CNI portmap plugin', function () {
     });
   });
 
+  describe('portmap (iptables): writing without reading the table first', function () {
+    this.timeout(60_000);
+
+    const prevOf = (podNs: string, addresses: string[]): Prev => ({
+      cniVersion: '1.0.0',
+      interfaces: [{ name: 'eth0', sandbox: podNs }],
+      ips: addresses.map((address) => ({ address, interface: 0 })),
+    });
+    const PREROUTING_JUMP = '-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT';
+    const OUTPUT_JUMP = '-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT';
+    const MASQ_JUMP = '-A POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ';
+    const count = (table: string, pred: (l: string) => boolean): number => table.split('\n').filter(pred).length;
+    const entriesOf = (table: string, cid: string): string[] =>
+      table.split('\n').filter((l) => l.startsWith('-A CNI-HOSTPORT-DNAT ') && l.includes(`id: \\"${cid}\\"`));
+
+    it('puts back shared jumps that were flushed, once, on the next ADD', async () => {
+      const host = await netns('bl-host');
+      const podNs = `/run/netns/${await netns('bl-pod')}`;
+      const add = (cid: string, i: number) =>
+        runCni({ bin: ours, command: 'ADD', containerId: cid, netns: podNs, hostNs: host }, portmapConf(prevOf(podNs, [`10.244.77.${20 + i}/24`]), [{ hostPort: 7100 + i, containerPort: 80, protocol: 'tcp' }]));
+      assert.equal((await add('b0', 0)).exitCode, 0);
+      // Something (a firewall reload, `iptables -t nat -F PREROUTING`) drops the jumps; the shared chains stay.
+      await nsExec(host, 'iptables', '-t', 'nat', '-F', 'PREROUTING');
+      await nsExec(host, 'iptables', '-t', 'nat', '-F', 'POSTROUTING');
+      const r = await add('b1', 1);
+      assert.equal(r.exitCode, 0, r.stdout + r.stderr);
+      const table = await natTable(host, 4);
+      assert.equal(count(table, (l) => l === PREROUTING_JUMP), 1);
+      assert.equal(count(table, (l) => l === OUTPUT_JUMP), 1);
+      assert.equal(count(table, (l) => l === MASQ_JUMP), 1);
+      assert.equal(entriesOf(table, 'b0').length, 1);
+      assert.equal(entriesOf(table, 'b1').length, 1);
+      // With everything in place, a further ADD adds its own chain and entry rule and no shared rule.
+      assert.equal((await add('b2', 2)).exitCode, 0);
+      const after = await natTable(host, 4);
+      assert.equal(count(after, (l) => l === PREROUTING_JUMP || l === OUTPUT_JUMP || l === MASQ_JUMP), 3);
+      assert.deepEqual(entriesOf(after, 'b2').map((l) => / --dports (\d+) /.exec(l)?.[1]), ['7102']);
+    });
+
+    it('a repeated ADD with other ports replaces the entry rules instead of adding to them', async () => {
+      const host = await netns('rp-host');
+      const podNs = `/run/netns/${await netns('rp-pod')}`;
+      const prev = prevOf(podNs, ['10.244.77.30/24']);
+      const add = (port: number) => runCni({ bin: ours, command: 'ADD', containerId: 'rp', netns: podNs, hostNs: host }, portmapConf(prev, [{ hostPort: port, containerPort: 80, protocol: 'tcp' }]));
+      assert.equal((await add(7200)).exitCode, 0);
+      assert.equal((await add(7201)).exitCode, 0);
+      const table = await natTable(host, 4);
+      assert.deepEqual(entriesOf(table, 'rp').map((l) => / --dports (\d+) /.exec(l)?.[1]), ['7201']);
+      assert.equal(count(table, (l) => l.startsWith(':CNI-DN-')), 1);
+      assert.equal(count(table, (l) => l.includes('--dport 7200 ')), 0);
+    });
+
+    it('DEL removes every jump to the container chain, also one it did not write', async () => {
+      const host = await netns('xj-host');
+      const podNs = `/run/netns/${await netns('xj-pod')}`;
+      const prev = prevOf(podNs, ['10.244.77.40/24']);
+      const conf = portmapConf(prev, [{ hostPort: 7300, containerPort: 80, protocol: 'tcp' }]);
+      assert.equal((await runCni({ bin: ours, command: 'ADD', containerId: 'xj', netns: podNs, hostNs: host }, conf)).exitCode, 0);
+      const chain = (await natTable(host, 4)).split('\n').find((l) => l.startsWith(':CNI-DN-'))!.slice(1).split(' ')[0]!;
+      await nsExec(host, 'iptables', '-t', 'nat', '-A', 'CNI-HOSTPORT-DNAT', '-p', 'tcp', '--dport', '7301', '-j', chain);
+      const del = await runCni({ bin: ours, command: 'DEL', containerId: 'xj', netns: podNs, hostNs: host }, conf);
+      assert.deepEqual([del.exitCode, del.stdout], [0, '']);
+      const table = await natTable(host, 4);
+      assert.equal(count(table, (l) => l.includes(chain)), 0);
+      assert.equal(count(table, (l) => l === PREROUTING_JUMP), 1);
+    });
+
+    it('DEL with a prevResult cleans only the families the container has; without one, both', async () => {
+      const host = await netns('fs-host');
+      const podNs = `/run/netns/${await netns('fs-pod')}`;
+      const mappings = [{ hostPort: 7400, containerPort: 80, protocol: 'tcp' }];
+      const dual = prevOf(podNs, ['10.244.77.50/24', 'fd00:77::50/64']);
+      const v4only = prevOf(podNs, ['10.244.77.50/24']);
+      const run = (command: string, prev: Prev | null) =>
+        runCni({ bin: ours, command, containerId: 'fs', netns: podNs, hostNs: host }, portmapConf(prev, mappings));
+      // An IPv6 chain of this container that an IPv4-only result does not account for stays.
+      assert.equal((await run('ADD', dual)).exitCode, 0);
+      assert.equal((await run('DEL', v4only)).exitCode, 0);
+      assert.equal(count(await natTable(host, 4), (l) => l.startsWith(':CNI-DN-')), 0);
+      assert.equal(count(await natTable(host, 6), (l) => l.startsWith(':CNI-DN-')), 1);
+      // DEL without prevResult cannot know the families: it cleans both.
+      assert.equal((await run('DEL', null)).exitCode, 0);
+      assert.equal(count(await natTable(host, 6), (l) => l.startsWith(':CNI-DN-')), 0);
+      // With the dual-stack result both go at once.
+      assert.equal((await run('ADD', dual)).exitCode, 0);
+      assert.equal((await run('DEL', dual)).exitCode, 0);
+      assert.equal(count(await natTable(host, 4), (l) => l.startsWith(':CNI-DN-')), 0);
+      assert.equal(count(await natTable(host, 6), (l) => l.startsWith(':CNI-DN-')), 0);
+    });
+  });
+
   describe('portmap (nftables backend)', function () {
     this.timeout(120_000);
     let host = '';

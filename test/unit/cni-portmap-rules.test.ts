@@ -5,13 +5,16 @@ import {
   checkIptables,
   desiredIptables,
   dnatChainName,
+  dnatEntryRules,
   formatChainName,
   markDef,
   oldSnatChainName,
   ownedChains,
   parseSave,
   planAdd,
+  planAddBlind,
   planTeardown,
+  planTeardownBlind,
   quoteToken,
   splitConditions,
   splitPortList,
@@ -214,6 +217,58 @@ describe('portmap iptables rules', () => {
     assert.ok(payload.includes(`-D CNI-HOSTPORT-DNAT -p udp -m comment --comment ${COMMENT} -m multiport --dports 8053 -j ${CHAIN}\n`));
     assert.ok(payload.includes(`-D CNI-HOSTPORT-DNAT -p tcp -m comment --comment ${COMMENT} -m multiport --dports 8080 -j ${CHAIN}\n`));
     assert.ok(payload.endsWith(`-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment ${COMMENT} -m multiport --dports 8080 -j ${CHAIN}\nCOMMIT\n`));
+  });
+
+  it('plans an ADD without reading: new chain, shared pieces checked, not created', () => {
+    const want = desiredIptables(config({}, TWO), 'ctr00', 4, V4);
+    assert.equal(
+      planAddBlind(want),
+      [
+        '*nat',
+        `-N ${CHAIN}`,
+        '-C PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT',
+        '-C OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT',
+        '-C CNI-HOSTPORT-SETMARK -m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000',
+        '-C CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE',
+        '-C POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ',
+        ...want.chainRules.map((r) => `-A ${CHAIN} ${r}`),
+        ...want.entryRules.map((r) => `-A CNI-HOSTPORT-DNAT ${r}`),
+        'COMMIT',
+        '',
+      ].join('\n'),
+    );
+    // What it writes is what planAdd writes into a table that has every shared piece and no container chain.
+    const shared = parseSave(REFERENCE_SAVE.split('\n').filter((l) => !l.includes(CHAIN)).join('\n'));
+    const blindWrites = planAddBlind(want).split('\n').filter((l) => l.startsWith('-A '));
+    const plannedWrites = planAdd(want, shared).split('\n').filter((l) => l.startsWith('-A '));
+    assert.deepEqual(blindWrites, plannedWrites);
+    // Without snat (no mark chains of ours) nothing of the masquerade is checked.
+    const plain = desiredIptables(config({ snat: false }, TWO), 'ctr00', 4, V4);
+    assert.deepEqual(
+      planAddBlind(plain).split('\n').filter((l) => l.startsWith('-C ')),
+      ['-C PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT', '-C OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT'],
+    );
+  });
+
+  it('plans a DEL without reading: the entry rules ADD wrote, then both container chains', () => {
+    const { dnatChain, entryRules } = dnatEntryRules(config({}, TWO), 'ctr00', 4);
+    assert.equal(dnatChain, CHAIN);
+    assert.deepEqual(entryRules, desiredIptables(config({}, TWO), 'ctr00', 4, V4).entryRules);
+    const snat = oldSnatChainName('cniref-net', 'ctr00');
+    assert.equal(
+      planTeardownBlind(dnatChain, entryRules, snat),
+      [
+        '*nat',
+        `-D CNI-HOSTPORT-DNAT -p tcp -m comment --comment ${COMMENT} -m multiport --dports 8080 -j ${CHAIN}`,
+        `-D CNI-HOSTPORT-DNAT -p udp -m comment --comment ${COMMENT} -m multiport --dports 8053 -j ${CHAIN}`,
+        `:${CHAIN} - [0:0]`,
+        `-X ${CHAIN}`,
+        `:${snat} - [0:0]`,
+        `-X ${snat}`,
+        'COMMIT',
+        '',
+      ].join('\n'),
+    );
   });
 
   it('tears down the container chain and its jumps, and nothing when there is nothing', () => {
