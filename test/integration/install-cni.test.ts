@@ -1,21 +1,12 @@
 // `weft install-cni` copies the four bundles, executable, and they answer VERSION from their new home.
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { cniBinDir, runCni } from '../helpers/cni.js';
+import { runWeft } from '../helpers/weft-cli.js';
 
-const WEFT = fileURLToPath(new URL('../../bin/weft', import.meta.url));
-
-function weft(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) =>
-    execFile(WEFT, args, { env: { ...process.env, WEFT_FROM_SOURCE: '1' } }, (err, stdout, stderr) =>
-      resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    ),
-  );
-}
+const weft = (args: string[]) => runWeft(null, ...args);
 
 describe('weft install-cni', function () {
   this.timeout(120_000);

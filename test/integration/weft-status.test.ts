@@ -3,28 +3,14 @@
 // count matches /metrics, repairs of routes and rules show up with their times, and an endpoint
 // where nothing listens exits 1 with a clear message.
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import type { StatusSnapshot } from '../../src/network/status.js';
 import { Cluster, type Host } from '../helpers/cluster.js';
 import { ipn, nsExec } from '../helpers/netns.js';
 import { waitFor } from '../helpers/wait.js';
+import { runWeft } from '../helpers/weft-cli.js';
 
-const WEFT = fileURLToPath(new URL('../../bin/weft', import.meta.url));
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function weft(ns: string, ...args: string[]): Promise<Run> {
-  return new Promise((resolve) => {
-    execFile('ip', ['netns', 'exec', ns, WEFT, ...args], { env: { ...process.env, WEFT_FROM_SOURCE: '1' }, timeout: 60_000 }, (err, stdout, stderr) => {
-      resolve({ code: err ? (typeof err.code === 'number' ? err.code : null) : 0, stdout, stderr });
-    });
-  });
-}
+const weft = runWeft;
 
 /** /status, /metrics and /status again, fetched back to back by one process inside the namespace. */
 async function readTogether(h: Host): Promise<{ before: StatusSnapshot; metrics: string; after: StatusSnapshot }> {

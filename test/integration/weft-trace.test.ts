@@ -4,32 +4,17 @@
 // address; a foreign rule that would hide pod IPs; an MTU mismatch; leases from the daemon
 // when etcd is out of reach. The JSON output is validated against test/fixtures/trace/schema.json.
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import type { Hop, HopKind, TraceReport } from '../../src/cli/trace/types.js';
 import { Cluster, ETCD_IP, type Host } from '../helpers/cluster.js';
 import { ipn, nsExec, sh } from '../helpers/netns.js';
 import { waitFor } from '../helpers/wait.js';
+import { runWeft, type WeftRun } from '../helpers/weft-cli.js';
 import { validate } from '../fixtures/trace/validate.js';
 
-const WEFT = fileURLToPath(new URL('../../bin/weft', import.meta.url));
 const NETWORK = '10.7.0.0/16';
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** `weft ARGS` inside a host namespace, from source; resolves with the exit code whatever it is. */
-function weft(ns: string, ...args: string[]): Promise<Run> {
-  return new Promise((resolve) => {
-    execFile('ip', ['netns', 'exec', ns, WEFT, ...args], { env: { ...process.env, WEFT_FROM_SOURCE: '1' }, timeout: 60_000 }, (err, stdout, stderr) => {
-      const code = err ? (typeof err.code === 'number' ? err.code : null) : 0;
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+const weft = runWeft;
+type Run = WeftRun;
 
 interface StoredLease {
   subnet: string;
