@@ -66,6 +66,7 @@ async function main(argv: string[]): Promise<number> {
       forwardRules: flags.iptablesForwardRules,
       fullyRandomDisable: flags.ipMasqFullyRandomDisable,
       rulesResync: flags.iptablesResync,
+      blackholeRoute: flags.ipBlackholeRoute,
       reconcileInterval: flags.reconcileInterval,
     },
     { manager, backends, logger, metrics },

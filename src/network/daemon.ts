@@ -17,6 +17,7 @@ import { writeSubnetEnv } from './subnetenv.js';
 import { RuleKeeper, type Runner } from '../ipmasq/keeper.js';
 import type { FamilyInput } from '../ipmasq/model.js';
 import { CommandError } from '../util/exec.js';
+import { BlackholeRoutes } from './blackhole.js';
 import { VERSION } from '../version.js';
 import { buildStatus, DaemonActivity, type StatusOptions, type StatusSnapshot } from './status.js';
 
@@ -30,6 +31,8 @@ export interface DaemonOptions {
   readonly fullyRandomDisable: boolean;
   /** Seconds between masquerade/forward rule checks (`--iptables-resync`); 0 disables. */
   readonly rulesResync: number;
+  /** `--ip-blackhole-route`: a blackhole route for our own subnet(s), re-checked every resync. */
+  readonly blackholeRoute?: boolean;
   /** Seconds between backend drift repairs; 0 disables. */
   readonly reconcileInterval: number;
 }
@@ -60,6 +63,7 @@ export class Daemon {
   private config: NetworkConfig | null = null;
   private backendType: string | null = null;
   private watcher: LeaseWatcher | null = null;
+  private readonly blackholes = new BlackholeRoutes();
 
   constructor(
     private readonly opts: DaemonOptions,
@@ -141,6 +145,7 @@ export class Daemon {
     const rules = this.ruleKeeper(config);
     rules.setInput(ruleInputs(config, acquired.lease));
     await this.syncRules(rules, true);
+    await this.syncBlackhole(config);
     this.readyFlag = true;
     metrics.ready.set(1);
 
@@ -169,6 +174,7 @@ export class Daemon {
         .start(lease)
         .then(() => this.writeSubnetFile(config, lease, mtu))
         .then(() => this.syncRules(rules, false))
+        .then(() => this.syncBlackhole(config))
         .catch((e: Error) => log.error('applying the new lease failed', { error: e.message }));
     };
 
@@ -178,7 +184,7 @@ export class Daemon {
         this.receiveEvents(watcher, batcher, signal),
         this.applyBatches(backend, watcher, batcher, signal),
         this.reconcileLoop(backend, watcher, signal),
-        this.rulesLoop(rules, signal),
+        this.rulesLoop(rules, config, signal),
       ]);
     } finally {
       await backend.close();
@@ -267,7 +273,7 @@ export class Daemon {
     }
   }
 
-  private async rulesLoop(rules: RuleKeeper, signal: AbortSignal): Promise<void> {
+  private async rulesLoop(rules: RuleKeeper, config: NetworkConfig, signal: AbortSignal): Promise<void> {
     if (this.opts.rulesResync <= 0) return;
     while (!signal.aborted) {
       try {
@@ -276,6 +282,19 @@ export class Daemon {
         return;
       }
       await this.syncRules(rules, false);
+      await this.syncBlackhole(config);
+    }
+  }
+
+  private async syncBlackhole(config: NetworkConfig): Promise<void> {
+    const lease = this.lease;
+    if (!this.opts.blackholeRoute || !lease) return;
+    const subnets = ruleInputs(config, lease).map((f) => f.subnet);
+    try {
+      const { added, removed } = await this.blackholes.sync(subnets);
+      if (added.length > 0 || removed.length > 0) this.deps.logger.info('blackhole routes for the own subnet', { added, removed });
+    } catch (e) {
+      this.deps.logger.error('blackhole route could not be set; retrying at the next resync', { error: (e as Error).message });
     }
   }
 
