@@ -5,10 +5,49 @@ import { HealthServer } from '../network/http.js';
 import { DaemonMetrics } from '../network/metrics.js';
 import { readPreviousSubnets } from '../network/subnetenv.js';
 import { EtcdSubnetManager } from '../subnet/etcd/manager.js';
+import { KubeClient, KubeConfigError, loadKubeConfig, NodeNameError, resolveNodeName } from '../subnet/kube/client.js';
+import { KubeSubnetManager } from '../subnet/kube/manager.js';
+import type { SubnetManager } from '../subnet/manager.js';
+import type { Logger } from '../util/log.js';
 import { AbortedError } from '../util/backoff.js';
 import { createLogger } from '../util/log.js';
 import { VERSION } from '../version.js';
 import { buildParser, etcdConnectOptions, parseFlags } from './flags.js';
+
+type Flags = ReturnType<typeof parseFlags>;
+
+async function etcdManager(flags: Flags, knownBackends: readonly string[], logger: Logger, metrics: DaemonMetrics): Promise<SubnetManager> {
+  const previous = await readPreviousSubnets(flags.subnetFile).catch((e: Error) => {
+    logger.warn('ignoring the previous subnet file', { error: e.message });
+    return { subnet: null, ipv6Subnet: null };
+  });
+  return new EtcdSubnetManager({
+    ...etcdConnectOptions(flags),
+    knownBackends,
+    logger: logger.child({ component: 'etcd' }),
+    previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet },
+    renewMarginSeconds: flags.subnetLeaseRenewMargin * 60,
+    onStoreError: (op) => metrics.storeErrors.inc({ op }),
+  });
+}
+
+/** Kubernetes mode: the node is NODE_NAME, else the node of POD_NAMESPACE/POD_NAME (as flanneld). */
+async function kubeManager(flags: Flags, knownBackends: readonly string[], logger: Logger, metrics: DaemonMetrics): Promise<SubnetManager> {
+  const connect = { ...(flags.kubeconfigFile ? { kubeconfigFile: flags.kubeconfigFile } : {}), ...(flags.kubeApiUrl ? { apiUrl: flags.kubeApiUrl } : {}) };
+  const client = new KubeClient(loadKubeConfig(connect));
+  const nodeName = await resolveNodeName(process.env, (ns, name) => client.getPodNodeName(ns, name));
+  return new KubeSubnetManager({
+    ...connect,
+    client,
+    nodeName,
+    netConfigPath: flags.netConfigPath,
+    annotationPrefix: flags.kubeAnnotationPrefix,
+    setNodeNetworkUnavailable: flags.setNodeNetworkUnavailable,
+    knownBackends,
+    logger: logger.child({ component: 'kube' }),
+    onStoreError: (op) => metrics.storeErrors.inc({ op: op === 'acquire' || op === 'watch' || op === 'renew' ? op : 'config' }),
+  });
+}
 
 async function main(argv: string[]): Promise<number> {
   let flags: ReturnType<typeof parseFlags>;
@@ -27,28 +66,17 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const logger = createLogger({ format: flags.logFormat, level: flags.logLevel });
-  if (flags.kubeSubnetMgr) {
-    logger.error('--kube-subnet-mgr is not available in this version of weftd; use the etcd subnet manager');
-    return 1;
-  }
 
   const backends = defaultBackends();
   const metrics = new DaemonMetrics();
-  const previous = await readPreviousSubnets(flags.subnetFile).catch((e: Error) => {
-    logger.warn('ignoring the previous subnet file', { error: e.message });
-    return { subnet: null, ipv6Subnet: null };
-  });
-  let manager: EtcdSubnetManager;
+  let manager: SubnetManager;
   try {
-    manager = new EtcdSubnetManager({
-    ...etcdConnectOptions(flags),
-    knownBackends: backends.types,
-    logger: logger.child({ component: 'etcd' }),
-    previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet },
-    renewMarginSeconds: flags.subnetLeaseRenewMargin * 60,
-    onStoreError: (op) => metrics.storeErrors.inc({ op }),
-    });
+    manager = flags.kubeSubnetMgr ? await kubeManager(flags, backends.types, logger, metrics) : await etcdManager(flags, backends.types, logger, metrics);
   } catch (e) {
+    if (e instanceof NodeNameError || e instanceof KubeConfigError) {
+      logger.error(e.message);
+      return 1;
+    }
     process.stderr.write(`weftd: ${(e as Error).message}\n`);
     return 2;
   }

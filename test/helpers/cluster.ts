@@ -66,7 +66,7 @@ export class Host {
   }
 
   /** Starts weftd inside the host namespace and waits for its subnet.env. */
-  async startWeftd(extra: readonly string[] = []): Promise<void> {
+  async startWeftd(extra: readonly string[] = [], env: NodeJS.ProcessEnv = {}): Promise<void> {
     const args = [
       '--etcd-endpoints', `http://${ETCD_IP}:2379`,
       '--iface', 'eth0',
@@ -76,7 +76,7 @@ export class Host {
       ...(this.cluster.opts.weftdArgs ?? []),
       ...extra,
     ];
-    this.weftd = WeftdProcess.start(args, {}, this.ns);
+    this.weftd = WeftdProcess.start(args, env, this.ns);
     const d = this.weftd;
     await waitFor(() => {
       if (!d.running) throw new WaitAbort(`weftd on ${this.ns} exited:\n${d.output}`);

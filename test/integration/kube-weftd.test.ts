@@ -1,0 +1,97 @@
+// Kubernetes mode end to end: three weftd (vxlan) in host namespaces take their subnets from
+// their Nodes' podCIDRs on the fake API server, publish flannel's annotations, see each other as
+// peers, and their pods ping across. A Node written the way flanneld writes it is a peer too.
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Cluster, ETCD_IP, type Host } from '../helpers/cluster.js';
+import { FakeKube, type JsonObject } from '../helpers/fake-kube.js';
+import { ipn, lines } from '../helpers/netns.js';
+import { NetnsForward } from '../helpers/netns-forward.js';
+import { waitFor } from '../helpers/wait.js';
+
+const A = 'flannel.alpha.coreos.com/';
+const podCIDR = (i: number) => `10.12.${i}.0/24`;
+
+describe('weftd --kube-subnet-mgr: three nodes in namespaces against the fake API server', function () {
+  this.timeout(240_000);
+  let c: Cluster;
+  let fake: FakeKube;
+  let fwd: NetnsForward;
+
+  before(async () => {
+    fake = await FakeKube.start();
+    c = await Cluster.create({ hosts: 3, tag: 'kw', config: {} });
+    fwd = await NetnsForward.start(c.underlay, { host: ETCD_IP, port: 6443 }, { host: '127.0.0.1', port: fake.port });
+    const netConf = join(c.dir, 'net-conf.json');
+    writeFileSync(netConf, JSON.stringify({ Network: '10.12.0.0/16', Backend: { Type: 'vxlan' } }));
+    for (const h of c.hosts) fake.nodes.create(`h${h.i}`, { spec: { podCIDR: podCIDR(h.i), podCIDRs: [podCIDR(h.i)] } });
+    for (const h of c.hosts) {
+      await h.startWeftd(['--kube-subnet-mgr', '--kube-api-url', `http://${ETCD_IP}:6443`, '--net-config-path', netConf], { NODE_NAME: `h${h.i}` });
+    }
+    for (const h of c.hosts) await h.attachPod();
+  });
+  after(async () => {
+    await c?.destroy();
+    await fwd?.stop();
+    await fake?.stop();
+  });
+
+  const annotations = (name: string) => ((fake.nodes.get(name)!.metadata as JsonObject).annotations ?? {}) as Record<string, string>;
+
+  it('takes the podCIDR as the subnet and publishes flannel\'s annotations and condition', async () => {
+    for (const h of c.hosts) {
+      assert.equal(h.subnetEnv().FLANNEL_SUBNET, `10.12.${h.i}.1/24`);
+      const mac = /link\/ether (\S+)/.exec(await ipn(h.ns, 'link', 'show', 'flannel.1'))![1];
+      const a = annotations(`h${h.i}`);
+      assert.equal(a[`${A}kube-subnet-manager`], 'true');
+      assert.equal(a[`${A}backend-type`], 'vxlan');
+      assert.equal(a[`${A}backend-data`], `{"VNI":1,"VtepMAC":"${mac}"}`);
+      assert.equal(a[`${A}public-ip`], h.underlayIP);
+      const conds = ((fake.nodes.get(`h${h.i}`)!.status as JsonObject).conditions ?? []) as JsonObject[];
+      const nu = conds.find((x) => x.type === 'NetworkUnavailable')!;
+      assert.deepEqual([nu.status, nu.reason, nu.message], ['False', 'FlannelIsUp', 'Flannel is running on this node']);
+    }
+    const patches = fake.requests.filter((r) => r.method === 'PATCH');
+    assert.ok(patches.length >= 3 && patches.every((r) => r.path.endsWith('/status') && r.headers['content-type'] === 'application/strategic-merge-patch+json'));
+  });
+
+  it('programs the other nodes as peers and pods reach each other', async () => {
+    await waitFor(() => c.allPodsReachable(), { timeoutMs: 30_000, what: 'pod to pod across the three nodes' });
+  });
+
+  it('accepts a Node written by flanneld as a peer and skips one with a garbage public-ip, warning once', async () => {
+    fake.nodes.create('flanneld-node', {
+      annotations: {
+        [`${A}kube-subnet-manager`]: 'true',
+        [`${A}backend-type`]: 'vxlan',
+        [`${A}backend-data`]: '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e3"}',
+        [`${A}public-ip`]: '10.250.0.77',
+      },
+      spec: { podCIDR: '10.12.77.0/24', podCIDRs: ['10.12.77.0/24'] },
+    });
+    fake.nodes.create('bad-node', {
+      annotations: { [`${A}kube-subnet-manager`]: 'true', [`${A}backend-type`]: 'vxlan', [`${A}backend-data`]: '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e4"}', [`${A}public-ip`]: 'not-an-ip' },
+      spec: { podCIDR: '10.12.78.0/24', podCIDRs: ['10.12.78.0/24'] },
+    });
+    const h: Host = c.hosts[0]!;
+    await waitFor(async () => lines(await ipn(h.ns, 'route')).some((l) => l.startsWith('10.12.77.0/24') && l.includes('flannel.1')), { timeoutMs: 15_000, what: 'the flanneld node\'s route' });
+    assert.match(await ipn(h.ns, 'neigh', 'show', 'dev', 'flannel.1'), /10\.12\.77\.0 lladdr 12:c6:65:89:b4:e3 PERMANENT/);
+    await waitFor(() => h.weftd!.output.includes('bad-node'), { timeoutMs: 10_000, what: 'the warning about bad-node' });
+    assert.ok(!lines(await ipn(h.ns, 'route')).some((l) => l.startsWith('10.12.78.0/24')));
+    // A later change of the bad node must not warn again; a node created after it is the barrier
+    // that proves the change was processed (events are applied in order).
+    fake.nodes.update('bad-node', (n) => {
+      const meta = n.metadata as JsonObject;
+      meta.labels = { ...((meta.labels as JsonObject | undefined) ?? {}), touched: 'yes' };
+    });
+    fake.nodes.create('barrier', {
+      annotations: { [`${A}kube-subnet-manager`]: 'true', [`${A}backend-type`]: 'vxlan', [`${A}backend-data`]: '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e5"}', [`${A}public-ip`]: '10.250.0.79' },
+      spec: { podCIDR: '10.12.79.0/24', podCIDRs: ['10.12.79.0/24'] },
+    });
+    await waitFor(async () => lines(await ipn(h.ns, 'route')).some((l) => l.startsWith('10.12.79.0/24')), { timeoutMs: 15_000, what: 'the barrier node\'s route' });
+    assert.equal(h.weftd!.output.split('\n').filter((l) => l.includes('bad-node')).length, 1, 'one warning');
+    fake.nodes.delete('flanneld-node');
+    await waitFor(async () => !lines(await ipn(h.ns, 'route')).some((l) => l.startsWith('10.12.77.0/24')), { timeoutMs: 15_000, what: 'the deleted node\'s route gone' });
+  });
+});
