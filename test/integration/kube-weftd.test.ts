@@ -2,13 +2,14 @@
 // their Nodes' podCIDRs on the fake API server, publish flannel's annotations, see each other as
 // peers, and their pods ping across. A Node written the way flanneld writes it is a peer too.
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Cluster, ETCD_IP, type Host } from '../helpers/cluster.js';
 import { FakeKube, type JsonObject } from '../helpers/fake-kube.js';
 import { ipn, lines } from '../helpers/netns.js';
 import { NetnsForward } from '../helpers/netns-forward.js';
 import { waitFor } from '../helpers/wait.js';
+import { WeftdProcess } from '../helpers/weftd.js';
 
 const A = 'flannel.alpha.coreos.com/';
 const podCIDR = (i: number) => `10.12.${i}.0/24`;
@@ -24,7 +25,7 @@ describe('weftd --kube-subnet-mgr: three nodes in namespaces against the fake AP
     c = await Cluster.create({ hosts: 3, tag: 'kw', config: {} });
     fwd = await NetnsForward.start(c.underlay, { host: ETCD_IP, port: 6443 }, { host: '127.0.0.1', port: fake.port });
     const netConf = join(c.dir, 'net-conf.json');
-    writeFileSync(netConf, JSON.stringify({ Network: '10.12.0.0/16', Backend: { Type: 'vxlan' } }));
+    writeFileSync(netConf, JSON.stringify({ Network: '10.12.0.0/14', Backend: { Type: 'vxlan' } }));
     for (const h of c.hosts) fake.nodes.create(`h${h.i}`, { spec: { podCIDR: podCIDR(h.i), podCIDRs: [podCIDR(h.i)] } });
     for (const h of c.hosts) {
       await h.startWeftd(['--kube-subnet-mgr', '--kube-api-url', `http://${ETCD_IP}:6443`, '--net-config-path', netConf], { NODE_NAME: `h${h.i}` });
@@ -94,4 +95,53 @@ describe('weftd --kube-subnet-mgr: three nodes in namespaces against the fake AP
     fake.nodes.delete('flanneld-node');
     await waitFor(async () => !lines(await ipn(h.ns, 'route')).some((l) => l.startsWith('10.12.77.0/24')), { timeoutMs: 15_000, what: 'the deleted node\'s route gone' });
   });
+
+  it('keeps the VTEP MAC from its backend-data annotation when the device is gone at restart', async () => {
+    const h = c.hosts[1]!;
+    const before = annotations(`h${h.i}`)[`${A}backend-data`];
+    await h.weftd!.stop();
+    await ipn(h.ns, 'link', 'del', 'flannel.1');
+    await h.startWeftd(['--kube-subnet-mgr', '--kube-api-url', `http://${ETCD_IP}:6443`, '--net-config-path', join(c.dir, 'net-conf.json')], { NODE_NAME: `h${h.i}` });
+    const mac = /link\/ether (\S+)/.exec(await ipn(h.ns, 'link', 'show', 'flannel.1'))![1];
+    assert.equal(before, `{"VNI":1,"VtepMAC":"${mac}"}`);
+    assert.equal(annotations(`h${h.i}`)[`${A}backend-data`], before);
+    await waitFor(() => c.allPodsReachable(), { timeoutMs: 30_000, what: 'pods after the restart' });
+  });
+
+  it('programs 10 000 nodes created in one burst', async () => {
+    const h = c.hosts[0]!;
+    for (let i = 0; i < 10_000; i++) {
+      const hex = i.toString(16).padStart(4, '0');
+      fake.nodes.create(`burst-${i}`, {
+        annotations: {
+          [`${A}kube-subnet-manager`]: 'true',
+          [`${A}backend-type`]: 'vxlan',
+          [`${A}backend-data`]: `{"VNI":1,"VtepMAC":"0e:bb:00:00:${hex.slice(0, 2)}:${hex.slice(2)}"}`,
+          [`${A}public-ip`]: `10.251.${i >> 8}.${i & 255}`,
+        },
+        // /29s of 10.14.0.0/15, inside the Network (10.12.0.0/14).
+        spec: { podCIDR: `10.${14 + (i >> 13)}.${(i >> 5) & 255}.${(i & 31) << 3}/29` },
+      });
+    }
+    await waitFor(async () => /^weft_peers_programmed (\d+)/m.exec(await h.metrics())?.[1] === String(10_000 + 3), {
+      timeoutMs: 120_000,
+      intervalMs: 500,
+      what: '10 003 peers programmed',
+    });
+  });
+
+  it('exits 1 with flannel\'s error when its Node has no podCIDR', async () => {
+    fake.nodes.create('nocidr', {});
+    const h = c.hosts[2]!;
+    const p = WeftdProcess.start(
+      ['--kube-subnet-mgr', '--kube-api-url', `http://${ETCD_IP}:6443`, '--net-config-path', join(c.dir, 'net-conf.json'), '--iface', 'eth0', '--subnet-file', join(c.dir, 'nocidr.env')],
+      { NODE_NAME: 'nocidr' },
+      h.ns,
+    );
+    const { code } = await p.exited;
+    assert.equal(code, 1, p.output);
+    assert.match(p.output, /node "nocidr" pod cidr not assigned/);
+    assert.ok(!existsSync(join(c.dir, 'nocidr.env')), 'no subnet file written');
+  });
 });
+
