@@ -6,6 +6,7 @@ import { DaemonMetrics } from '../network/metrics.js';
 import { readPreviousSubnets } from '../network/subnetenv.js';
 import { EtcdSubnetManager } from '../subnet/etcd/manager.js';
 import { KubeClient, KubeConfigError, loadKubeConfig, NodeNameError, resolveNodeName } from '../subnet/kube/client.js';
+import { AnnotationValueError, storedPublicIPs } from '../subnet/kube/annotations.js';
 import { KubeSubnetManager } from '../subnet/kube/manager.js';
 import type { SubnetManager } from '../subnet/manager.js';
 import type { Logger } from '../util/log.js';
@@ -36,7 +37,7 @@ async function kubeManager(flags: Flags, knownBackends: readonly string[], logge
   const connect = { ...(flags.kubeconfigFile ? { kubeconfigFile: flags.kubeconfigFile } : {}), ...(flags.kubeApiUrl ? { apiUrl: flags.kubeApiUrl } : {}) };
   const client = new KubeClient(loadKubeConfig(connect));
   const nodeName = await resolveNodeName(process.env, (ns, name) => client.getPodNodeName(ns, name));
-  return new KubeSubnetManager({
+  const manager = new KubeSubnetManager({
     ...connect,
     client,
     nodeName,
@@ -47,6 +48,31 @@ async function kubeManager(flags: Flags, knownBackends: readonly string[], logge
     logger: logger.child({ component: 'kube' }),
     onStoreError: (op) => metrics.storeErrors.inc({ op: op === 'acquire' || op === 'watch' || op === 'renew' ? op : 'config' }),
   });
+  await adoptStoredPublicIPs(flags, manager, nodeName, logger);
+  return manager;
+}
+
+/**
+ * flannel's `node-public-ip` / `node-public-ipv6` annotations stand in for --public-ip /
+ * --public-ipv6 when those are not given (they select the interface that owns the address).
+ */
+async function adoptStoredPublicIPs(flags: Flags, manager: KubeSubnetManager, nodeName: string, logger: Logger): Promise<void> {
+  if (flags.publicIp && flags.publicIpv6) return;
+  let node;
+  try {
+    node = await manager.client.getNode(nodeName);
+  } catch {
+    return; // the node may not exist yet; acquireLease waits for it and says so
+  }
+  const stored = storedPublicIPs(node, manager.names);
+  if (!flags.publicIp && stored.v4) {
+    flags.publicIp = String(stored.v4);
+    logger.info('using the public IP from the node annotation', { annotation: manager.names.nodePublicIP, publicIP: flags.publicIp });
+  }
+  if (!flags.publicIpv6 && stored.v6) {
+    flags.publicIpv6 = String(stored.v6);
+    logger.info('using the public IPv6 from the node annotation', { annotation: manager.names.nodePublicIPv6, publicIPv6: flags.publicIpv6 });
+  }
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -73,7 +99,7 @@ async function main(argv: string[]): Promise<number> {
   try {
     manager = flags.kubeSubnetMgr ? await kubeManager(flags, backends.types, logger, metrics) : await etcdManager(flags, backends.types, logger, metrics);
   } catch (e) {
-    if (e instanceof NodeNameError || e instanceof KubeConfigError) {
+    if (e instanceof NodeNameError || e instanceof KubeConfigError || e instanceof AnnotationValueError) {
       logger.error(e.message);
       return 1;
     }
