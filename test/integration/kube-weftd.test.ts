@@ -13,6 +13,13 @@ import { WeftdProcess } from '../helpers/weftd.js';
 
 const A = 'flannel.alpha.coreos.com/';
 const podCIDR = (i: number) => `10.12.${i}.0/24`;
+/** The annotations flanneld writes on its Node (vxlan). */
+const flannelAnnotations = (publicIP: string, mac: string): Record<string, string> => ({
+  [`${A}kube-subnet-manager`]: 'true',
+  [`${A}backend-type`]: 'vxlan',
+  [`${A}backend-data`]: `{"VNI":1,"VtepMAC":"${mac}"}`,
+  [`${A}public-ip`]: publicIP,
+});
 
 describe('weftd --kube-subnet-mgr: three nodes in namespaces against the fake API server', function () {
   this.timeout(240_000);
@@ -63,16 +70,11 @@ describe('weftd --kube-subnet-mgr: three nodes in namespaces against the fake AP
 
   it('accepts a Node written by flanneld as a peer and skips one with a garbage public-ip, warning once', async () => {
     fake.nodes.create('flanneld-node', {
-      annotations: {
-        [`${A}kube-subnet-manager`]: 'true',
-        [`${A}backend-type`]: 'vxlan',
-        [`${A}backend-data`]: '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e3"}',
-        [`${A}public-ip`]: '10.250.0.77',
-      },
+      annotations: flannelAnnotations('10.250.0.77', '12:c6:65:89:b4:e3'),
       spec: { podCIDR: '10.12.77.0/24', podCIDRs: ['10.12.77.0/24'] },
     });
     fake.nodes.create('bad-node', {
-      annotations: { [`${A}kube-subnet-manager`]: 'true', [`${A}backend-type`]: 'vxlan', [`${A}backend-data`]: '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e4"}', [`${A}public-ip`]: 'not-an-ip' },
+      annotations: flannelAnnotations('not-an-ip', '12:c6:65:89:b4:e4'),
       spec: { podCIDR: '10.12.78.0/24', podCIDRs: ['10.12.78.0/24'] },
     });
     const h: Host = c.hosts[0]!;
@@ -87,7 +89,7 @@ describe('weftd --kube-subnet-mgr: three nodes in namespaces against the fake AP
       meta.labels = { ...((meta.labels as JsonObject | undefined) ?? {}), touched: 'yes' };
     });
     fake.nodes.create('barrier', {
-      annotations: { [`${A}kube-subnet-manager`]: 'true', [`${A}backend-type`]: 'vxlan', [`${A}backend-data`]: '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e5"}', [`${A}public-ip`]: '10.250.0.79' },
+      annotations: flannelAnnotations('10.250.0.79', '12:c6:65:89:b4:e5'),
       spec: { podCIDR: '10.12.79.0/24', podCIDRs: ['10.12.79.0/24'] },
     });
     await waitFor(async () => lines(await ipn(h.ns, 'route')).some((l) => l.startsWith('10.12.79.0/24')), { timeoutMs: 15_000, what: 'the barrier node\'s route' });
@@ -127,7 +129,7 @@ describe('weftd --kube-subnet-mgr: three nodes in namespaces against the fake AP
     const routesBefore = lines(await ipn(h.ns, 'route')).filter((l) => l.includes('proto 88')).sort();
     await fake.pause();
     fake.nodes.create('while-down', {
-      annotations: { [`${A}kube-subnet-manager`]: 'true', [`${A}backend-type`]: 'vxlan', [`${A}backend-data`]: '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e6"}', [`${A}public-ip`]: '10.250.0.80' },
+      annotations: flannelAnnotations('10.250.0.80', '12:c6:65:89:b4:e6'),
       spec: { podCIDR: '10.12.80.0/24', podCIDRs: ['10.12.80.0/24'] },
     });
     // Two backend reconcile passes with the API down change nothing.
@@ -147,12 +149,7 @@ describe('weftd --kube-subnet-mgr: three nodes in namespaces against the fake AP
     for (let i = 0; i < 10_000; i++) {
       const hex = i.toString(16).padStart(4, '0');
       fake.nodes.create(`burst-${i}`, {
-        annotations: {
-          [`${A}kube-subnet-manager`]: 'true',
-          [`${A}backend-type`]: 'vxlan',
-          [`${A}backend-data`]: `{"VNI":1,"VtepMAC":"0e:bb:00:00:${hex.slice(0, 2)}:${hex.slice(2)}"}`,
-          [`${A}public-ip`]: `10.251.${i >> 8}.${i & 255}`,
-        },
+        annotations: flannelAnnotations(`10.251.${i >> 8}.${i & 255}`, `0e:bb:00:00:${hex.slice(0, 2)}:${hex.slice(2)}`),
         // /29s of 10.14.0.0/15, inside the Network (10.12.0.0/14).
         spec: { podCIDR: `10.${14 + (i >> 13)}.${(i >> 5) & 255}.${(i & 31) << 3}/29` },
       });
@@ -162,7 +159,9 @@ describe('weftd --kube-subnet-mgr: three nodes in namespaces against the fake AP
 
   it('exits 1 with flannel\'s error when its Node has no podCIDR', async () => {
     fake.nodes.create('nocidr', {});
+    // Last test: the host's own daemon is stopped so the two never share the namespace's devices.
     const h = c.hosts[2]!;
+    await h.weftd!.stop();
     const p = WeftdProcess.start(
       ['--kube-subnet-mgr', '--kube-api-url', `http://${ETCD_IP}:6443`, '--net-config-path', join(c.dir, 'net-conf.json'), '--iface', 'eth0', '--subnet-file', join(c.dir, 'nocidr.env')],
       { NODE_NAME: 'nocidr' },
