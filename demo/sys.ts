@@ -2,7 +2,8 @@
 // long-lived processes logging to files, and the removal of everything a demo made. Removal finds
 // its targets by the fixed `weftdemo-` prefix and the fixed state directory, so `--clean` can
 // remove a demo kept by an earlier run.
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
+import { runCommand } from '../src/util/exec.js';
 import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { dirname } from 'node:path';
@@ -11,21 +12,6 @@ import { dirname } from 'node:path';
 export const NS_PREFIX = 'weftdemo-';
 /** Subnet files, CNI bin dirs, conflists, plugin state, etcd data and logs of a demo. */
 export const STATE_DIR = '/run/weft-demo';
-
-/** A command that failed: which one, how, and what it printed. */
-export class CommandError extends Error {
-  constructor(
-    readonly cmd: string,
-    readonly args: readonly string[],
-    readonly code: number | string | null,
-    readonly stdout: string,
-    readonly stderr: string,
-  ) {
-    const out = (stderr.trim() || stdout.trim()).split('\n').slice(-5).join(' | ');
-    super(`\`${[cmd, ...args].join(' ')}\` failed (${code ?? 'killed'})${out ? `: ${out}` : ''}`);
-    this.name = 'CommandError';
-  }
-}
 
 /** PATH for children: node's own directory first, so `#!/usr/bin/env node` plugins and bins find it. */
 export function childPath(): string {
@@ -41,18 +27,10 @@ export interface RunOptions {
 
 /** Runs a program to completion and returns its stdout; non-zero exit → CommandError. */
 export function run(cmd: string, args: readonly string[], opts: RunOptions = {}): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = execFile(
-      cmd,
-      [...args],
-      { timeout: opts.timeoutMs ?? 30_000, maxBuffer: 16 << 20, env: opts.env ?? { ...process.env, PATH: childPath() } },
-      (err, stdout, stderr) => {
-        if (!err) return resolve(stdout);
-        const e = err as Error & { code?: number | string | null; killed?: boolean };
-        reject(new CommandError(cmd, args, e.killed ? 'timed out' : (e.code ?? null), stdout, stderr));
-      },
-    );
-    if (opts.input !== undefined) child.stdin?.end(opts.input);
+  return runCommand(cmd, args, {
+    timeoutMs: opts.timeoutMs ?? 30_000,
+    env: opts.env ?? { ...process.env, PATH: childPath() },
+    ...(opts.input !== undefined ? { stdin: opts.input } : {}),
   });
 }
 

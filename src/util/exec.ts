@@ -23,12 +23,14 @@ export class CommandError extends Error {
 export interface RunOptions {
   readonly stdin?: string;
   readonly timeoutMs?: number;
+  /** The child's environment (default: ours). */
+  readonly env?: NodeJS.ProcessEnv;
 }
 
 /** Resolves with stdout when the program exits 0. */
 export function runCommand(command: string, args: readonly string[], opts: RunOptions = {}): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'], timeout: opts.timeoutMs ?? 30_000 });
+    const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'], timeout: opts.timeoutMs ?? 30_000, ...(opts.env ? { env: opts.env } : {}) });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
