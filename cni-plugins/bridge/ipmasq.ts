@@ -13,6 +13,7 @@ import { accessSync, constants } from 'node:fs';
 import { IPNet, type Family } from '../../src/util/ip.js';
 import { sha512Hex } from '../skel/sha512.js';
 import { CommandFailedError, execChecked, execProgram } from './exec.js';
+import { splitRuleArgs } from '../../src/util/rule-args.js';
 
 // ---- names ----
 
@@ -74,37 +75,6 @@ export function renderMasqSetup(addrs: readonly MasqAddr[], chain: string, comme
   return ['*nat', `:${chain} - [0:0]`, ...chainRules, ...jumps, 'COMMIT', ''].join('\n');
 }
 
-/** Splits an iptables-save / -S rule line into arguments, honouring "…" with \" escapes. */
-export function splitRuleArgs(line: string): string[] {
-  const out: string[] = [];
-  let cur = '';
-  let inQuote = false;
-  let has = false;
-  for (let i = 0; i < line.length; i++) {
-    const ch = line[i]!;
-    if (inQuote) {
-      if (ch === '\\' && i + 1 < line.length) {
-        cur += line[++i];
-      } else if (ch === '"') {
-        inQuote = false;
-      } else {
-        cur += ch;
-      }
-    } else if (ch === '"') {
-      inQuote = true;
-      has = true;
-    } else if (ch === ' ' || ch === '\t') {
-      if (has) out.push(cur);
-      cur = '';
-      has = false;
-    } else {
-      cur += ch;
-      has = true;
-    }
-  }
-  if (has) out.push(cur);
-  return out;
-}
 
 function argAfter(args: readonly string[], flag: string): string | null {
   const i = args.indexOf(flag);

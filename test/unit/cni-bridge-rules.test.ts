@@ -1,6 +1,7 @@
 // bridge ipMasq and macspoofchk rule rendering: the reference chain names and comments, the
 // iptables-restore texts for setup and teardown, GC discovery, and the nftables JSON documents.
 import assert from 'node:assert/strict';
+import { splitRuleArgs } from '../../src/util/rule-args.js';
 import {
   jumpsTo,
   masqAddr,
@@ -14,7 +15,6 @@ import {
   renderMasqSetup,
   renderMasqTeardown,
   renderNftMasqSetup,
-  splitRuleArgs,
 } from '../../cni-plugins/bridge/ipmasq.js';
 import { renderSpoofSetup, renderSpoofTeardown, spoofChains, spoofRefId } from '../../cni-plugins/bridge/spoofcheck.js';
 

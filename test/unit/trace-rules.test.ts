@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { chainLines, jumpSpec } from '../../src/ipmasq/iptables.js';
 import { masqRules } from '../../src/ipmasq/model.js';
 import { parseListTable, ruleExpr } from '../../src/ipmasq/nftables.js';
-import { evalNftChain, evalXtChain, firstModelMatch, parseXtRule, parseXtTable, tokenize, type RulePacket } from '../../src/cli/trace/rules.js';
+import { splitRuleArgs } from '../../src/util/rule-args.js';
+import { evalNftChain, evalXtChain, firstModelMatch, parseXtRule, parseXtTable, type RulePacket } from '../../src/cli/trace/rules.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';
 
 const NETWORK = IPNet.parse('10.5.0.0/16');
@@ -31,8 +32,8 @@ function natSave(before: string[] = [], chains: string[] = []): string {
 
 describe('trace rules: tokenize and parse iptables-save lines', () => {
   it('splits on blanks and unquotes comments', () => {
-    assert.deepEqual(tokenize('-A X -m comment --comment "flanneld masq" -j RETURN'), ['-A', 'X', '-m', 'comment', '--comment', 'flanneld masq', '-j', 'RETURN']);
-    assert.deepEqual(tokenize('-A X --comment "a \\"b\\" c" -j Y'), ['-A', 'X', '--comment', 'a "b" c', '-j', 'Y']);
+    assert.deepEqual(splitRuleArgs('-A X -m comment --comment "flanneld masq" -j RETURN'), ['-A', 'X', '-m', 'comment', '--comment', 'flanneld masq', '-j', 'RETURN']);
+    assert.deepEqual(splitRuleArgs('-A X --comment "a \\"b\\" c" -j Y'), ['-A', 'X', '--comment', 'a "b" c', '-j', 'Y']);
   });
 
   it('reads addresses, negations, mark, interfaces, ports and the target', () => {

@@ -5,6 +5,7 @@ import { canonical, ruleExpr, type ListedTable } from '../../ipmasq/nftables.js'
 import { KUBE_PROXY_MARK, type Match, type Rule } from '../../ipmasq/model.js';
 import { IPAddr, IPNet, type Family } from '../../util/ip.js';
 import type { Proto } from './types.js';
+import { splitRuleArgs } from '../../util/rule-args.js';
 
 /** The packet as the POSTROUTING/FORWARD hooks see it. The mark is unknown to us; 0 is what a pod's packet carries. */
 export interface RulePacket {
@@ -59,33 +60,6 @@ export interface XtTableRules {
   readonly chains: ReadonlyMap<string, readonly XtRule[]>;
 }
 
-/** Splits a rule line like a shell would for iptables-save's quoting ("..." with backslash escapes). */
-export function tokenize(line: string): string[] {
-  const out: string[] = [];
-  let cur = '';
-  let inToken = false;
-  let quoted = false;
-  for (let i = 0; i < line.length; i++) {
-    const c = line[i]!;
-    if (quoted) {
-      if (c === '\\' && i + 1 < line.length) cur += line[++i]!;
-      else if (c === '"') quoted = false;
-      else cur += c;
-    } else if (c === '"') {
-      quoted = true;
-      inToken = true;
-    } else if (c === ' ' || c === '\t') {
-      if (inToken) out.push(cur);
-      cur = '';
-      inToken = false;
-    } else {
-      cur += c;
-      inToken = true;
-    }
-  }
-  if (inToken) out.push(cur);
-  return out;
-}
 
 function parseNet(text: string): IPNet | null {
   if (text.includes('/')) return IPNet.tryParse(text);
@@ -102,7 +76,7 @@ function parseNumber(text: string): number | null {
 const KNOWN_MODULES = new Set(['comment', 'mark', 'tcp', 'udp', 'icmp', 'icmp6', 'ipv6-icmp']);
 
 export function parseXtRule(line: string, index: number): XtRule | null {
-  const tokens = tokenize(line);
+  const tokens = splitRuleArgs(line);
   if (tokens[0] !== '-A' || tokens.length < 2) return null;
   const chain = tokens[1]!;
   const conds: XtCond[] = [];
