@@ -20,7 +20,7 @@
 import { fstatSync, statSync } from 'node:fs';
 import type { Family } from '../../src/util/ip.js';
 import { delegateAdd, delegateCheck, delegateDel, delegateGC, delegateStatus } from '../skel/delegate.js';
-import { CniError, ErrorCode, type CniInterface, type CniPlugin, type CniRequest, type CniResult } from '../skel/types.js';
+import { CniError, ErrorCode, type CniInterface, type CniPlugin, type CniRequest, type CniResult, type Delegates } from '../skel/types.js';
 import { checkAttachment } from './check.js';
 import { containerMac, loadBridgeConf, validateForAdd, type BridgeConf } from './config.js';
 import {
@@ -72,14 +72,7 @@ import {
 import { setupSpoofCheck, spoofRefId, teardownSpoofCheck } from './spoofcheck.js';
 import { randomBytesSync } from '../skel/random.js';
 
-/** How the plugin reaches its IPAM plugin: `type` is the plugin name, `stdin` the full config. */
-export interface IpamDelegates {
-  add(req: CniRequest, type: string, stdin: string): Promise<CniResult>;
-  del(req: CniRequest, type: string, stdin: string): Promise<void>;
-  check(req: CniRequest, type: string, stdin: string): Promise<void>;
-  gc(req: CniRequest, type: string, stdin: string): Promise<void>;
-  status(req: CniRequest, type: string, stdin: string): Promise<void>;
-}
+export type IpamDelegates = Delegates;
 
 export interface BridgeDeps {
   readonly ipam: IpamDelegates;

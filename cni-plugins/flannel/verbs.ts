@@ -5,7 +5,7 @@
 // noted where they happen.
 import type { JsonValue } from '../../src/subnet/lease.js';
 import { toCniError } from '../skel/run.js';
-import { CniError, ErrorCode, type CniPlugin, type CniRequest, type CniResult } from '../skel/types.js';
+import { CniError, ErrorCode, type CniPlugin, type CniRequest, type CniResult, type Delegates as SkelDelegates } from '../skel/types.js';
 import {
   buildDelegateConfig,
   delegateType,
@@ -22,14 +22,7 @@ import {
 import { listState, readState, removeState, removeTempFile, StateFileError, writeState } from './state.js';
 import { loadFlannelSubnetEnv, SubnetEnvError } from './subnetenv.js';
 
-/** How the plugin reaches its delegate: `type` is the plugin name, `stdin` the full config. */
-export interface Delegates {
-  add(req: CniRequest, type: string, stdin: string): Promise<CniResult>;
-  del(req: CniRequest, type: string, stdin: string): Promise<void>;
-  check(req: CniRequest, type: string, stdin: string): Promise<void>;
-  gc(req: CniRequest, type: string, stdin: string): Promise<void>;
-  status(req: CniRequest, type: string, stdin: string): Promise<void>;
-}
+export type Delegates = SkelDelegates;
 
 /** The request config exactly as sent (req.config has prevResult already converted). */
 function rawConfig(req: CniRequest): JsonObject {

@@ -131,3 +131,15 @@ export interface CniPlugin {
   gc?(req: CniRequest): Promise<void>;
   status?(req: CniRequest): Promise<void>;
 }
+
+/**
+ * How a plugin reaches another plugin (its IPAM, or flannel's delegate): `type` is the plugin name,
+ * `stdin` the full config. skel/delegate.ts provides the real one; tests pass fakes.
+ */
+export interface Delegates {
+  add(req: CniRequest, type: string, stdin: string): Promise<CniResult>;
+  del(req: CniRequest, type: string, stdin: string): Promise<void>;
+  check(req: CniRequest, type: string, stdin: string): Promise<void>;
+  gc(req: CniRequest, type: string, stdin: string): Promise<void>;
+  status(req: CniRequest, type: string, stdin: string): Promise<void>;
+}
