@@ -50,6 +50,17 @@ export function parseSave(text: string): SavedTable {
   return { chains, appends };
 }
 
+/** `iptables-save` of every table at once, split per table (a table it does not print is empty). */
+export function parseSaveTables(text: string): (table: XtTable) => SavedTable {
+  const sections = new Map<string, string[]>();
+  let current: string[] | null = null;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('*')) sections.set(line.slice(1).trim(), (current = []));
+    else current?.push(line);
+  }
+  return (table) => parseSave((sections.get(table) ?? []).join('\n'));
+}
+
 export interface TablePlan {
   /** What was wrong, one line each, for the log. Empty when the table is as wanted. */
   readonly problems: string[];

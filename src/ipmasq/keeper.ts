@@ -5,7 +5,7 @@
 import type { Family } from '../util/ip.js';
 import type { Logger } from '../util/log.js';
 import { CommandError, runCommand } from '../util/exec.js';
-import { parseSave, planTable, xtablesCommands, type XtTable } from './iptables.js';
+import { parseSaveTables, planTable, xtablesCommands, type SavedTable, type XtTable } from './iptables.js';
 import { desiredChains, type ChainKind, type ChainSpec, type FamilyInput } from './model.js';
 import { compareTable, nftTable, parseListTable, renderDeleteTable, renderTable, type ListedTable } from './nftables.js';
 
@@ -96,17 +96,18 @@ export class RuleKeeper {
     const unwanted = KINDS.filter((k) => !wantKinds.has(k));
     const problems: string[] = [];
     let writes = 0;
+    // One read of every table per family and pass.
+    let saved: (table: XtTable) => SavedTable;
+    try {
+      saved = parseSaveTables(await this.run(cmd.save, []));
+    } catch (e) {
+      // Without ip6tables there is nothing of ours to remove; wanting rules there is an error.
+      if (want.length === 0) return { problems, writes };
+      throw e;
+    }
     for (const table of TABLES) {
       const inTable = want.filter((c) => (c.kind === 'masq' ? 'nat' : 'filter') === table);
-      let saved: string;
-      try {
-        saved = await this.run(cmd.save, ['-t', table]);
-      } catch (e) {
-        // Without ip6tables (or the table module) there is nothing of ours to remove; wanting rules there is an error.
-        if (inTable.length === 0) continue;
-        throw e;
-      }
-      const plan = planTable(table, inTable, unwanted, parseSave(saved));
+      const plan = planTable(table, inTable, unwanted, saved(table));
       if (!plan.payload) continue;
       await this.run(cmd.restore, ['--noflush', '-w'], plan.payload);
       this.opts.metrics?.recordRuleWrite('iptables');

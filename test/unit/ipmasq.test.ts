@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { chainLines, parseSave, planTable } from '../../src/ipmasq/iptables.js';
+import { chainLines, parseSave, parseSaveTables, planTable } from '../../src/ipmasq/iptables.js';
 import { desiredChains, type MasqInput } from '../../src/ipmasq/model.js';
 import { canonical, compareTable, parseListTable, renderTable, ruleExpr } from '../../src/ipmasq/nftables.js';
 import { IPNet } from '../../src/util/ip.js';
@@ -81,6 +81,16 @@ describe('ipmasq iptables plan', () => {
     const del = '-D POSTROUTING -m comment --comment "flanneld masq" -j FLANNEL-POSTRTG';
     assert.equal(p.payload, ['*nat', del, ':FLANNEL-POSTRTG - [0:0]', '-X FLANNEL-POSTRTG', 'COMMIT', ''].join('\n'));
     assert.deepEqual(planTable('nat', [], ['masq'], parseSave(save([], []))), { problems: [], payload: null });
+  });
+
+  it('splits one iptables-save of every table per table; a table it does not print is empty', () => {
+    const text = ['# Generated', '*filter', ':FORWARD ACCEPT [0:0]', ':FLANNEL-FWD - [0:0]', '-A FORWARD -j FLANNEL-FWD', 'COMMIT', save([JUMP, ...MASQ_V4])].join('\n');
+    const tables = parseSaveTables(text);
+    assert.deepEqual(tables('nat'), parseSave(save([JUMP, ...MASQ_V4])));
+    assert.deepEqual([...tables('filter').chains], ['FORWARD', 'FLANNEL-FWD']);
+    assert.deepEqual(tables('filter').appends, ['-A FORWARD -j FLANNEL-FWD']);
+    const none = parseSaveTables('');
+    assert.deepEqual({ chains: [...none('nat').chains], appends: none('nat').appends }, { chains: [], appends: [] });
   });
 
   it('ignores rules of other chains and other owners', () => {
