@@ -254,7 +254,9 @@ async function startWeftd(node: Node, peers: number): Promise<{ pid: number; sub
       return existsSync(node.subnetFile);
     },
     { timeoutMs: 30_000, intervalMs: 100, what: `weftd on ${node.name} to write ${node.subnetFile} (log: ${log})` },
-  );
+  ).catch(async (e: Error) => {
+    throw e instanceof WaitAbort ? e : new Error(`${e.message}; last lines of the log:\n${await tail(log)}`);
+  });
   // Ready (lease held, subnet.env written, masquerade rules in place) and every peer programmed.
   let last = '';
   await waitFor(
@@ -265,8 +267,8 @@ async function startWeftd(node: Node, peers: number): Promise<{ pid: number; sub
       return r.ready && r.peers === peers;
     },
     { timeoutMs: 30_000, intervalMs: 250, what: `weftd on ${node.name} to be ready with ${peers} peers programmed` },
-  ).catch((e: Error) => {
-    throw e instanceof WaitAbort ? e : new Error(`${e.message}; last seen: ${last}`);
+  ).catch(async (e: Error) => {
+    throw e instanceof WaitAbort ? e : new Error(`${e.message}; last seen: ${last}; last lines of ${log}:\n${await tail(log)}`);
   });
   const subnet = parseEnvFile(await readFile(node.subnetFile, 'utf8')).get('FLANNEL_SUBNET') ?? '?';
   return { pid, subnet };
