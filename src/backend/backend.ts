@@ -19,10 +19,17 @@ export interface BackendContext {
   readonly metrics?: BackendMetrics;
 }
 
+export interface Prepared {
+  readonly attrs: LeaseAttrs;
+  readonly mtu: number;
+  /** Extra `WEFT_*` lines for subnet.env (what the CNI plugin needs to attach pods). */
+  readonly subnetEnv?: ReadonlyArray<readonly [string, string]>;
+}
+
 export interface Backend {
   readonly type: string;
   /** Prepares the node's own devices; returns what to publish in our lease and the pod MTU. */
-  prepare(): Promise<{ attrs: LeaseAttrs; mtu: number }>;
+  prepare(): Promise<Prepared>;
   /** Runs after every acquisition of our lease (the subnet can change on re-acquire). */
   start(lease: Lease): Promise<void>;
   /**

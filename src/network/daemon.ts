@@ -2,7 +2,7 @@
 // Shutdown leaves the lease, subnet.env and every dataplane object in place.
 import { access, constants, mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import type { Backend, BackendRegistry } from '../backend/backend.js';
+import type { Backend, BackendRegistry, Prepared } from '../backend/backend.js';
 import { ConfigError, type NetworkConfig } from '../subnet/config.js';
 import type { Lease } from '../subnet/lease.js';
 import { leaseId } from '../subnet/lease.js';
@@ -128,7 +128,7 @@ export class Daemon {
       throw new FatalError((e as Error).message);
     }
     this.backendType = backend.type;
-    const { attrs, mtu } = await backend.prepare();
+    const { attrs, mtu, subnetEnv } = await backend.prepare();
 
     const acquired = await this.retryStore('acquire', signal, () => manager.acquireLease(attrs, signal));
     this.lease = acquired.lease;
@@ -141,7 +141,7 @@ export class Daemon {
       lostRaces: acquired.retries,
     });
     await backend.start(acquired.lease);
-    await this.writeSubnetFile(config, acquired.lease, mtu);
+    await this.writeSubnetFile(config, acquired.lease, mtu, subnetEnv);
     const rules = this.ruleKeeper(config);
     rules.setInput(ruleInputs(config, acquired.lease));
     await this.syncRules(rules, true);
@@ -172,7 +172,7 @@ export class Daemon {
       rules.setInput(ruleInputs(config, lease));
       void backend
         .start(lease)
-        .then(() => this.writeSubnetFile(config, lease, mtu))
+        .then(() => this.writeSubnetFile(config, lease, mtu, subnetEnv))
         .then(() => this.syncRules(rules, false))
         .then(() => this.syncBlackhole(config))
         .catch((e: Error) => log.error('applying the new lease failed', { error: e.message }));
@@ -353,7 +353,12 @@ export class Daemon {
     }
   }
 
-  private async writeSubnetFile(config: NetworkConfig, lease: Lease, mtu: number): Promise<void> {
+  private async writeSubnetFile(
+    config: NetworkConfig,
+    lease: Lease,
+    mtu: number,
+    extra: Prepared['subnetEnv'],
+  ): Promise<void> {
     try {
       await writeSubnetEnv(this.opts.subnetFile, {
         network: config.enableIPv4 ? config.network : null,
@@ -362,6 +367,7 @@ export class Daemon {
         ipv6Subnet: config.enableIPv6 ? lease.ipv6Subnet : null,
         mtu,
         ipMasq: this.opts.ipMasq,
+        ...(extra ? { extra } : {}),
       });
     } catch (e) {
       throw new FatalError((e as Error).message);

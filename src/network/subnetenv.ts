@@ -16,6 +16,11 @@ export interface SubnetEnv {
   ipv6Subnet: IPNet | null;
   mtu: number;
   ipMasq: boolean;
+  /**
+   * Backend-specific lines after flannel's (e.g. the ovs backend's bridge for the CNI plugin).
+   * flannel's readers skip keys they do not know, so these never break a flannel plugin.
+   */
+  extra?: ReadonlyArray<readonly [string, string]>;
 }
 
 export interface PreviousSubnets {
@@ -66,6 +71,10 @@ export function renderSubnetEnv(env: SubnetEnv): string {
   }
   lines.push(`FLANNEL_MTU=${env.mtu}`);
   lines.push(`FLANNEL_IPMASQ=${env.ipMasq ? 'true' : 'false'}`);
+  for (const [key, value] of env.extra ?? []) {
+    if (!/^WEFT_[A-Z0-9_]+$/.test(key) || /[\n=]/.test(value)) throw new RangeError(`bad subnet.env line ${key}=${value}`);
+    lines.push(`${key}=${value}`);
+  }
   return lines.map((l) => `${l}\n`).join('');
 }
 

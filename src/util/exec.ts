@@ -9,6 +9,8 @@ export class CommandError extends Error {
     readonly exitCode: number | null,
     readonly stderr: string,
     why: string,
+    /** What the program printed before failing (some report results through a non-zero exit). */
+    readonly stdout?: string,
   ) {
     super(`${command} ${args.join(' ')}: ${why}${stderr.trim() ? `: ${stderr.trim()}` : ''}`);
     this.name = 'CommandError';
@@ -38,7 +40,7 @@ export function runCommand(command: string, args: readonly string[], opts: RunOp
     child.on('error', (e) => reject(new CommandError(command, args, null, stderr, e.message)));
     child.on('close', (code, signal) => {
       if (code === 0) resolve(stdout);
-      else reject(new CommandError(command, args, code, stderr, signal ? `killed by ${signal}` : `exit status ${code}`));
+      else reject(new CommandError(command, args, code, stderr, signal ? `killed by ${signal}` : `exit status ${code}`, stdout));
     });
     // A program that exits without reading stdin must not crash us with EPIPE.
     child.stdin.on('error', () => {});

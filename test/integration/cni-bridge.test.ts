@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { masqChainName } from '../../cni-plugins/bridge/ipmasq.js';
 import { cniBinDir, REFERENCE_CNI_DIR, runCni, type CniRun } from '../helpers/cni.js';
 import { addNetns, delNetns, ipn, nsExec, nsPrefix, sh } from '../helpers/netns.js';
+import { waitFor } from '../helpers/wait.js';
 
 const PREFIX = nsPrefix('br');
 let seq = 0;
@@ -139,8 +140,26 @@ async function natRules(ns: string): Promise<string[]> {
 }
 
 /** Host side, normalised: links (veth → VETH, MACs dropped), bridge addresses, routes, sysctls, nat. */
+/**
+ * The links once each bridge's carrier agrees with its ports: the kernel updates a bridge's
+ * carrier asynchronously (linkwatch), so a snapshot taken right after ADD or DEL may catch
+ * either state. A bridge that never settles is returned as it is, and the comparison fails.
+ */
+async function settledLinks(ns: string): Promise<LinkJson[]> {
+  let links: LinkJson[] = [];
+  const settled = (all: LinkJson[]) =>
+    all
+      .filter((b) => b.linkinfo?.info_kind === 'bridge' && b.flags.includes('UP'))
+      .every((b) => {
+        const portUp = all.some((p) => p.master === b.ifname && p.operstate === 'UP');
+        return portUp ? b.operstate === 'UP' && !b.flags.includes('NO-CARRIER') : b.flags.includes('NO-CARRIER');
+      });
+  await waitFor(async () => settled((links = await linksIn(ns))), { timeoutMs: 5000, intervalMs: 50, what: 'bridge carrier to settle' }).catch(() => undefined);
+  return links;
+}
+
 async function hostState(s: Site, veth: string | null, bridge = 'wtbr0'): Promise<Json> {
-  const links = (await linksIn(s.host)).map((l) => ({
+  const links = (await settledLinks(s.host)).map((l) => ({
     name: l.ifname === veth ? 'VETH' : l.ifname,
     kind: l.linkinfo?.info_kind ?? null,
     flags: l.flags,
