@@ -1,8 +1,8 @@
 # `make demo` and `make test` install what is missing (Debian packages as root, npm packages), build, and run.
 SHELL := /bin/bash
-APT_PACKAGES := etcd-server etcd-client iproute2 iptables nftables iputils-ping ethtool containernetworking-plugins conntrack tcpdump
+APT_PACKAGES := etcd-server etcd-client iproute2 iptables nftables iputils-ping ethtool containernetworking-plugins conntrack tcpdump openvswitch-switch
 # A command each package provides, in the same order, to see whether it is installed.
-APT_PROBES := etcd etcdctl ip iptables nft ping ethtool /usr/lib/cni/bridge conntrack tcpdump
+APT_PROBES := etcd etcdctl ip iptables nft ping ethtool /usr/lib/cni/bridge conntrack tcpdump ovs-vswitchd
 
 .PHONY: all deps apt-deps npm-deps build lint typecheck test test-unit demo demo-clean bench clean
 

@@ -53,10 +53,13 @@ export class CniBuildError extends Error {
 const NAME_RE = /^[a-z0-9][a-z0-9_.-]*$/;
 
 /** cni-plugins/<name>/main.ts for every plugin directory that has one (skel has none). */
+/** Bundles named other than their directory: `ovs` is ovs-cni's plugin name, ours is `weft-ovs`. */
+const BUNDLE_NAMES: Readonly<Record<string, string>> = { ovs: 'weft-ovs' };
+
 export function findPluginEntries(pluginsDir = HERE): BundleEntry[] {
   return readdirSync(pluginsDir, { withFileTypes: true })
     .filter((d) => d.isDirectory() && existsSync(join(pluginsDir, d.name, 'main.ts')))
-    .map((d) => ({ name: d.name, entry: join(pluginsDir, d.name, 'main.ts') }))
+    .map((d) => ({ name: BUNDLE_NAMES[d.name] ?? d.name, entry: join(pluginsDir, d.name, 'main.ts') }))
     .sort((a, b) => a.name.localeCompare(b.name));
 }
 

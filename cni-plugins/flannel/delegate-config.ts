@@ -199,18 +199,36 @@ function delegateIpam(conf: FlannelNetConf, env: FlannelSubnetEnv): GoObject {
   return ipam;
 }
 
+/** The delegate for a node whose weftd runs the ovs backend (subnet.env WEFT_BACKEND=ovs). */
+export const OVS_DELEGATE_TYPE = 'weft-ovs';
+
 /**
  * flannel's doCmdAdd: the user's `delegate` overrides, plus `name`, `type` (bridge), `ipMasq`
  * (!FLANNEL_IPMASQ), `mtu` (FLANNEL_MTU), `isGateway` (bridge only), `cniVersion`, the
  * request's `runtimeConfig` and the host-local `ipam`. Nothing else (no hairpinMode, no
  * isDefaultGateway, no dataDir for host-local, no capabilities, args or dns) is added.
+ *
+ * weft only: when subnet.env says WEFT_BACKEND=ovs and the user's delegate names no `type`, the
+ * delegate is `weft-ovs` with the bridge, OVS run dir and datapath from subnet.env (the user's
+ * keys still win, as for every key here) and without `ipMasq`/`isGateway`: the pod joins the OVS
+ * bridge, whose gateway port weftd owns, and weftd does the masquerading.
  */
 export function buildDelegateConfig(conf: FlannelNetConf, env: FlannelSubnetEnv): GoObject {
   const d: GoObject = { ...conf.delegate };
   if (conf.runtimeConfig !== null) d.runtimeConfig = conf.runtimeConfig;
   d.name = conf.name;
-  if (!Object.hasOwn(d, 'type')) d.type = 'bridge';
-  if (!Object.hasOwn(d, 'ipMasq')) d.ipMasq = !env.ipMasq;
+  const ovs = env.weft.backend === 'ovs' && !Object.hasOwn(d, 'type');
+  if (!Object.hasOwn(d, 'type')) d.type = ovs ? OVS_DELEGATE_TYPE : 'bridge';
+  if (ovs) {
+    const keys: Array<[string, string | null]> = [
+      ['bridge', env.weft.ovsBridge],
+      ['ovsRunDir', env.weft.ovsRunDir],
+      ['datapathType', env.weft.ovsDatapath],
+    ];
+    for (const [key, value] of keys) if (value !== null && !Object.hasOwn(d, key)) d[key] = value;
+  } else if (!Object.hasOwn(d, 'ipMasq')) {
+    d.ipMasq = !env.ipMasq;
+  }
   if (!Object.hasOwn(d, 'mtu')) d.mtu = env.mtu;
   if (d.type === 'bridge' && !Object.hasOwn(d, 'isGateway')) d.isGateway = true;
   if (conf.cniVersion !== '') d.cniVersion = conf.cniVersion;

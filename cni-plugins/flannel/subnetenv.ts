@@ -1,6 +1,8 @@
 // Reading subnet.env the way flannel's CNI plugin does (flannel.go loadFlannelSubnetEnv): one
 // KEY=VALUE per line, unknown lines ignored, a later line wins over an earlier one. weftd writes
-// the file (src/network/subnetenv.ts); this side only reads it.
+// the file (src/network/subnetenv.ts); this side only reads it. weftd's own WEFT_* lines (after
+// flannel's; e.g. WEFT_BACKEND=ovs with the bridge the weft-ovs plugin attaches pods to) are
+// kept as given: the delegate that uses them validates them.
 import { readFileSync } from 'node:fs';
 
 import { IPNet, type Family } from '../../src/util/ip.js';
@@ -15,6 +17,20 @@ export interface FlannelSubnetEnv {
   readonly mtu: number;
   /** True only for the exact text `true`, as flannel compares it. */
   readonly ipMasq: boolean;
+  /** weftd's backend keys; all null in a file written by flanneld. */
+  readonly weft: WeftSubnetEnv;
+}
+
+/** The WEFT_* keys weftd appends (src/backend/ovs/ovs.ts prepare()); null when absent or empty. */
+export interface WeftSubnetEnv {
+  /** WEFT_BACKEND: the backend type, e.g. "ovs". */
+  readonly backend: string | null;
+  /** WEFT_OVS_BRIDGE: the integration bridge, e.g. "br-int". */
+  readonly ovsBridge: string | null;
+  /** WEFT_OVS_RUNDIR: the OVS run directory (db.sock, <bridge>.mgmt). */
+  readonly ovsRunDir: string | null;
+  /** WEFT_OVS_DATAPATH: "system" or "netdev". */
+  readonly ovsDatapath: string | null;
 }
 
 /**
@@ -67,6 +83,7 @@ export function parseFlannelSubnetEnv(text: string, file: string): FlannelSubnet
   let ipv6Subnet: IPNet | null = null;
   let mtu: number | null = null;
   let ipMasq: boolean | null = null;
+  const weft: { -readonly [K in keyof WeftSubnetEnv]: WeftSubnetEnv[K] } = { backend: null, ovsBridge: null, ovsRunDir: null, ovsDatapath: null };
 
   for (const rawLine of text.split('\n')) {
     const line = rawLine.replace(/\r$/, '');
@@ -99,6 +116,18 @@ export function parseFlannelSubnetEnv(text: string, file: string): FlannelSubnet
       case 'FLANNEL_IPMASQ':
         ipMasq = value === 'true';
         break;
+      case 'WEFT_BACKEND':
+        weft.backend = value || null;
+        break;
+      case 'WEFT_OVS_BRIDGE':
+        weft.ovsBridge = value || null;
+        break;
+      case 'WEFT_OVS_RUNDIR':
+        weft.ovsRunDir = value || null;
+        break;
+      case 'WEFT_OVS_DATAPATH':
+        weft.ovsDatapath = value || null;
+        break;
       default:
         break;
     }
@@ -113,7 +142,7 @@ export function parseFlannelSubnetEnv(text: string, file: string): FlannelSubnet
   if (mtu === null || ipMasq === null || missing.length > 0) {
     throw new SubnetEnvError(file, 'invalid', missing, `${file} is missing ${missing.join(', ')}`);
   }
-  return { networks, subnet, ipv6Networks, ipv6Subnet, mtu, ipMasq };
+  return { networks, subnet, ipv6Networks, ipv6Subnet, mtu, ipMasq, weft };
 }
 
 /** Reads and parses the file; every failure is a SubnetEnvError naming the file. */

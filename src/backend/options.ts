@@ -36,4 +36,14 @@ export class BackendOptions {
     if (typeof v !== 'boolean') this.fail(key, v, 'must be true or false');
     return v;
   }
+
+  /** A string from `allowed`, or matching `pattern` (with `rule` saying what it must look like). */
+  string(key: string, dflt: string, check: { allowed: readonly string[] } | { pattern: RegExp; rule: string }): string {
+    const v = this.get(key);
+    if (v === undefined) return dflt;
+    if (typeof v !== 'string') this.fail(key, v, 'must be a string');
+    if ('allowed' in check && !check.allowed.includes(v)) this.fail(key, v, `must be one of ${check.allowed.join(', ')}`);
+    if ('pattern' in check && !check.pattern.test(v)) this.fail(key, v, check.rule);
+    return v;
+  }
 }

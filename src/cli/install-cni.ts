@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { existsSync } from 'node:fs';
 
-export const CNI_PLUGIN_NAMES = ['bridge', 'flannel', 'host-local', 'portmap'] as const;
+export const CNI_PLUGIN_NAMES = ['bridge', 'flannel', 'host-local', 'portmap', 'sriov', 'weft-ovs'] as const;
 
 export class InstallCniError extends Error {
   constructor(message: string) {

@@ -89,7 +89,7 @@ async function main(argv: string[]): Promise<number> {
       )
       .command(
         'install-cni',
-        'copy the CNI plugins (bridge, flannel, host-local, portmap) into a CNI bin directory',
+        'copy the CNI plugins (bridge, flannel, host-local, portmap, sriov, weft-ovs) into a CNI bin directory',
         (y) =>
           y
             .option('dest', { type: 'string', default: '/opt/cni/bin', describe: 'the runtime\'s CNI plugin directory' })

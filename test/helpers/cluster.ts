@@ -81,7 +81,9 @@ export class Host {
     await waitFor(() => {
       if (!d.running) throw new WaitAbort(`weftd on ${this.ns} exited:\n${d.output}`);
       return /acquired lease/.test(d.output) && existsSync(this.subnetFile);
-    }, { timeoutMs: 60_000, what: `weftd on ${this.ns} to write subnet.env` });
+    }, { timeoutMs: 60_000, what: `weftd on ${this.ns} to write subnet.env` }).catch((e: Error) => {
+      throw e instanceof WaitAbort ? e : new Error(`${e.message}; its output so far:\n${d.output.split('\n').slice(-15).join('\n')}`);
+    });
   }
 
   /** The pod: a veth from cni0 into the pod namespace, with the next address of the lease. */

@@ -16,13 +16,13 @@ describe('weft install-cni', function () {
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('installs bridge, flannel, host-local and portmap, each runnable', async () => {
+  it('installs bridge, flannel, host-local, portmap, sriov and weft-ovs, each runnable', async () => {
     const source = await cniBinDir();
     const dest = join(dir, 'opt-cni-bin');
     const r = await weft(['install-cni', '--source', source, '--dest', dest]);
     assert.equal(r.code, 0, r.stderr);
-    assert.deepEqual(r.stdout.trim().split('\n'), ['bridge', 'flannel', 'host-local', 'portmap'].map((n) => `installed ${join(dest, n)}`));
-    for (const name of ['bridge', 'flannel', 'host-local', 'portmap']) {
+    assert.deepEqual(r.stdout.trim().split('\n'), ['bridge', 'flannel', 'host-local', 'portmap', 'sriov', 'weft-ovs'].map((n) => `installed ${join(dest, n)}`));
+    for (const name of ['bridge', 'flannel', 'host-local', 'portmap', 'sriov', 'weft-ovs']) {
       assert.equal(statSync(join(dest, name)).mode & 0o777, 0o755);
       const v = await runCni({ bin: join(dest, name), command: 'VERSION' }, '');
       assert.equal(v.exitCode, 0, v.stderr);
@@ -33,6 +33,6 @@ describe('weft install-cni', function () {
   it('fails with a clear message and exit status 1 when the bundles are not built', async () => {
     const r = await weft(['install-cni', '--source', join(dir, 'nothing'), '--dest', join(dir, 'dest2')]);
     assert.equal(r.code, 1);
-    assert.match(r.stderr, /lacks bridge, flannel, host-local, portmap: run `npm run build` first/);
+    assert.match(r.stderr, /lacks bridge, flannel, host-local, portmap, sriov, weft-ovs: run `npm run build` first/);
   });
 });

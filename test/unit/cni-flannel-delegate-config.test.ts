@@ -248,3 +248,51 @@ describe('flannel CNI: Go-compatible JSON rendering', () => {
     assert.equal(goJson([1472, 1.5, 1e21, 1e-7, 0.000001, -0, 123456789012]), '[1472,1.5,1e+21,1e-7,0.000001,-0,123456789012]');
   });
 });
+
+describe('flannel CNI: delegate config on a weftd ovs node (WEFT_BACKEND=ovs)', () => {
+  const OVS_ENV = parseFlannelSubnetEnv(
+    'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n' +
+      'WEFT_BACKEND=ovs\nWEFT_OVS_BRIDGE=br-int\nWEFT_OVS_RUNDIR=/var/run/openvswitch\nWEFT_OVS_DATAPATH=netdev\n',
+    'subnet.env',
+  );
+
+  it('weft-ovs with bridge, run dir, datapath and FLANNEL_MTU from subnet.env; no ipMasq, no isGateway', () => {
+    assert.equal(
+      render({ cniVersion: '1.0.0', name: 'cbr0', type: 'flannel', delegate: { hairpinMode: true, isDefaultGateway: true } }, OVS_ENV),
+      '{"bridge":"br-int","cniVersion":"1.0.0","datapathType":"netdev","hairpinMode":true,"ipam":{"ranges":' +
+        '[[{"subnet":"10.244.1.0/24"}]],"routes":[{"dst":"10.244.0.0/16"}],"type":"host-local"},' +
+        '"isDefaultGateway":true,"mtu":1450,"name":"cbr0","ovsRunDir":"/var/run/openvswitch","type":"weft-ovs"}',
+    );
+  });
+
+  it("the user's keys win; OVS keys missing from subnet.env are left to the plugin's defaults", () => {
+    const env = parseFlannelSubnetEnv(
+      'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\nWEFT_BACKEND=ovs\n',
+      'subnet.env',
+    );
+    assert.equal(
+      render({ cniVersion: '1.0.0', name: 'n', type: 'flannel', delegate: { mtu: 1400, bridge: 'br-pods' } }, env),
+      '{"bridge":"br-pods","cniVersion":"1.0.0","ipam":{"ranges":[[{"subnet":"10.244.1.0/24"}]],' +
+        '"routes":[{"dst":"10.244.0.0/16"}],"type":"host-local"},"mtu":1400,"name":"n","type":"weft-ovs"}',
+    );
+  });
+
+  it('a delegate that names its type keeps flannel’s behaviour (bridge gets isGateway and ipMasq)', () => {
+    assert.equal(
+      render({ cniVersion: '1.0.0', name: 'n', type: 'flannel', delegate: { type: 'bridge' } }, OVS_ENV),
+      '{"cniVersion":"1.0.0","ipMasq":false,"ipam":{"ranges":[[{"subnet":"10.244.1.0/24"}]],' +
+        '"routes":[{"dst":"10.244.0.0/16"}],"type":"host-local"},"isGateway":true,"mtu":1450,"name":"n","type":"bridge"}',
+    );
+  });
+
+  it('another backend’s WEFT_BACKEND leaves the bridge delegate', () => {
+    const env = parseFlannelSubnetEnv(
+      'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\nWEFT_BACKEND=vxlan\nWEFT_OVS_BRIDGE=br-int\n',
+      'subnet.env',
+    );
+    const out = JSON.parse(render({ cniVersion: '1.0.0', name: 'n', type: 'flannel' }, env)) as Record<string, unknown>;
+    assert.equal(out.type, 'bridge');
+    assert.equal(out.bridge, undefined);
+    assert.equal(out.isGateway, true);
+  });
+});

@@ -188,3 +188,34 @@ describe('flannel CNI: loading subnet.env', () => {
     });
   });
 });
+
+describe('flannel CNI: subnet.env WEFT_* keys (weftd ovs backend)', () => {
+  const BASE = 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n';
+
+  it('reads the ovs keys weftd writes after flannel’s lines (renderSubnetEnv round trip)', () => {
+    const text = renderSubnetEnv({
+      network: IPNet.parse('10.244.0.0/16'),
+      subnet: IPNet.parse('10.244.1.0/24'),
+      ipv6Network: null,
+      ipv6Subnet: null,
+      mtu: 1450,
+      ipMasq: true,
+      extra: [
+        ['WEFT_BACKEND', 'ovs'],
+        ['WEFT_OVS_BRIDGE', 'br-int'],
+        ['WEFT_OVS_RUNDIR', '/var/run/openvswitch'],
+        ['WEFT_OVS_DATAPATH', 'netdev'],
+      ],
+    });
+    const env = parseFlannelSubnetEnv(text, FILE);
+    assert.deepEqual(env.weft, { backend: 'ovs', ovsBridge: 'br-int', ovsRunDir: '/var/run/openvswitch', ovsDatapath: 'netdev' });
+    assert.equal(env.mtu, 1450);
+    assert.equal(env.subnet?.toString(), '10.244.1.0/24');
+  });
+
+  it('a flanneld file has none; empty values count as absent; other WEFT_* keys are ignored', () => {
+    assert.deepEqual(parseFlannelSubnetEnv(BASE, FILE).weft, { backend: null, ovsBridge: null, ovsRunDir: null, ovsDatapath: null });
+    const env = parseFlannelSubnetEnv(`${BASE}WEFT_BACKEND=ovs\nWEFT_OVS_BRIDGE=\nWEFT_FUTURE=1\nWEFT_OVS_DATAPATH= system \n`, FILE);
+    assert.deepEqual(env.weft, { backend: 'ovs', ovsBridge: null, ovsRunDir: null, ovsDatapath: 'system' });
+  });
+});

@@ -1,0 +1,87 @@
+// A pod's port on the ovs backend's bridge, for the CNI plugins (veth pods and SR-IOV representors):
+// attach = add the host-side interface with the pod's external_ids and install the pod's flows;
+// detach = remove the flows (by the pod's cookie) and the port. Both run under the flow lock the
+// daemon holds while it rewrites the table, so neither undoes the other. The daemon rebuilds the
+// same flows from the same external_ids on every pass, so what is installed here is never drift.
+import { IPAddr } from '../../util/ip.js';
+import { withFileLock } from '../../util/flock.js';
+import type { OvsClient } from '../../ovs/cli.js';
+import { flowLockPath, POD_IDS, readRound } from './bridge.js';
+import { Category, cookieOf, macFromIP, OBJECT_MASK, podFlows, renderFlows } from './pipeline.js';
+
+export interface PodPortSpec {
+  readonly bridge: string;
+  /** The host-side interface (veth end or VF representor), already in the bridge's namespace. */
+  readonly hostIface: string;
+  readonly containerId: string;
+  readonly ifName: string;
+  readonly ip: IPAddr;
+  readonly mac: string;
+  /** The node's gateway address (first address of the lease subnet). */
+  readonly gateway: IPAddr;
+  readonly podName?: string;
+  readonly podNamespace?: string;
+}
+
+export class PodPortError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'PodPortError';
+  }
+}
+
+const quote = (s: string) => JSON.stringify(s);
+
+function lockOf<T>(ovs: OvsClient, bridge: string, fn: () => Promise<T>): Promise<T> {
+  return withFileLock(flowLockPath(ovs.runDir, bridge), fn, { timeoutSeconds: 30 });
+}
+
+/** Adds the port (idempotent: an existing port of the same name is updated) and its flows; returns the ofport. */
+export function attachPodPort(ovs: OvsClient, spec: PodPortSpec): Promise<number> {
+  const { bridge, hostIface } = spec;
+  const ids: Array<[string, string]> = [
+    [POD_IDS.containerId, spec.containerId],
+    [POD_IDS.ifName, spec.ifName],
+    [POD_IDS.ip, spec.ip.toString()],
+    [POD_IDS.mac, spec.mac.toLowerCase()],
+  ];
+  if (spec.podName) ids.push([POD_IDS.podName, spec.podName]);
+  if (spec.podNamespace) ids.push([POD_IDS.podNamespace, spec.podNamespace]);
+  return lockOf(ovs, bridge, async () => {
+    await ovs.vsctl([
+      '--may-exist', 'add-port', bridge, hostIface,
+      '--', 'set', 'interface', hostIface, ...ids.map(([k, v]) => `external_ids:${k}=${quote(v)}`),
+    ]);
+    const text = (await ovs.vsctl(['get', 'interface', hostIface, 'ofport'])).trim();
+    const ofport = Number(text);
+    if (!Number.isInteger(ofport) || ofport <= 0) {
+      throw new PodPortError(`Open vSwitch did not attach ${hostIface} to ${bridge} (ofport ${text || 'unset'})`);
+    }
+    const round = (await readRound(ovs, bridge)) ?? 1;
+    const flows = podFlows(round, { gatewayMAC: macFromIP(spec.gateway) }, { ofport, ip: spec.ip, mac: spec.mac.toLowerCase() });
+    await ovs.addFlows(bridge, renderFlows(flows));
+    return ofport;
+  });
+}
+
+/** Removes the pod's flows and port, found by container ID and interface name. Nothing to remove is not an error. */
+export function detachPodPort(ovs: OvsClient, bridge: string, pod: { containerId: string; ifName: string }): Promise<boolean> {
+  return lockOf(ovs, bridge, async () => {
+    const rows = await findPodInterfaces(ovs, pod);
+    for (const { name, ofport } of rows) {
+      if (ofport > 0) await ovs.delFlowsByCookie(bridge, cookieOf(0, Category.Pod, ofport), OBJECT_MASK);
+      await ovs.vsctl(['--if-exists', 'del-port', bridge, name]);
+    }
+    return rows.length > 0;
+  });
+}
+
+/** The interface rows OVS holds for one pod attachment (normally one). */
+export async function findPodInterfaces(ovs: OvsClient, pod: { containerId: string; ifName: string }): Promise<Array<{ name: string; ofport: number }>> {
+  const out = await ovs.vsctl([
+    '--format=json', '--columns=name,ofport', 'find', 'interface',
+    `external_ids:${POD_IDS.containerId}=${quote(pod.containerId)}`, `external_ids:${POD_IDS.ifName}=${quote(pod.ifName)}`,
+  ]);
+  const data = (JSON.parse(out) as { data: Array<[string, number | ['set', unknown[]]]> }).data;
+  return data.map(([name, ofport]) => ({ name, ofport: typeof ofport === 'number' ? ofport : -1 }));
+}
