@@ -20,6 +20,8 @@ export interface WeftdFlags {
   publicIpv6: string;
   subnetLeaseRenewMargin: number;
   ipMasq: boolean;
+  /** ip-masq-agent mode's config file ('' = off). */
+  ipMasqConfig: string;
   ipMasqFullyRandomDisable: boolean;
   kubeSubnetMgr: boolean;
   kubeApiUrl: string;
@@ -103,6 +105,7 @@ export function buildParser(argv: readonly string[]) {
     .option('public-ipv6', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'IPv6 accessible by other nodes for inter-host communication' })
     .option('subnet-lease-renew-margin', { type: 'number', requiresArg: true, coerce: lastNumber, default: 60, describe: 'subnet lease renewal margin, in minutes, ranging from 1 to 1439' })
     .option('ip-masq', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'setup IP masquerade rule for traffic destined outside of overlay network' })
+    .option('ip-masq-config', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'ip-masq-agent mode: masquerade all pod traffic except to the nonMasqueradeCIDRs of this YAML/JSON file (reloaded on change); exclusive with --ip-masq' })
     .option('ip-masq-fully-random-disable', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'disable --random-fully in the MASQUERADE rule' })
     .option('kube-subnet-mgr', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'contact the Kubernetes API for subnet assignment instead of etcd' })
     .option('kube-api-url', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'Kubernetes API server URL (not needed in-cluster)' })
@@ -137,6 +140,9 @@ export function buildParser(argv: readonly string[]) {
         throw new FlagError(`--healthz-port ${port}: must be 0..65535`);
       }
       if (!(a['reconcile-interval'] >= 0)) throw new FlagError('--reconcile-interval: must be a non-negative number');
+      if (a['ip-masq'] && a['ip-masq-config']) {
+        throw new FlagError('--ip-masq and --ip-masq-config are exclusive: --ip-masq installs flannel\'s masquerade rules, --ip-masq-config ip-masq-agent\'s; choose one');
+      }
       return true;
     });
 }
@@ -160,6 +166,7 @@ export function parseFlags(argv: readonly string[]): WeftdFlags & { help: boolea
     publicIpv6: a['public-ipv6'],
     subnetLeaseRenewMargin: a['subnet-lease-renew-margin'],
     ipMasq: a['ip-masq'],
+    ipMasqConfig: a['ip-masq-config'],
     ipMasqFullyRandomDisable: a['ip-masq-fully-random-disable'],
     kubeSubnetMgr: a['kube-subnet-mgr'],
     kubeApiUrl: a['kube-api-url'],

@@ -117,6 +117,7 @@ async function main(argv: string[]): Promise<number> {
       },
       subnetFile: flags.subnetFile,
       ipMasq: flags.ipMasq,
+      ...(flags.ipMasqConfig ? { ipMasqConfig: flags.ipMasqConfig } : {}),
       forwardRules: flags.iptablesForwardRules,
       fullyRandomDisable: flags.ipMasqFullyRandomDisable,
       rulesResync: flags.iptablesResync,

@@ -19,7 +19,7 @@ export function ruleSpec(rule: Rule, comment: string): string {
   const addrs = rule.matches.filter((m) => m.kind !== 'mark').map(matchText);
   const mods = rule.matches.filter((m) => m.kind === 'mark').map(matchText);
   const target = rule.verdict === 'MASQUERADE' && rule.fullyRandom ? 'MASQUERADE --random-fully' : rule.verdict;
-  return [...addrs, ...mods, `-m comment --comment ${quote(comment)}`, `-j ${target}`].join(' ');
+  return [...addrs, ...mods, `-m comment --comment ${quote(rule.comment ?? comment)}`, `-j ${target}`].join(' ');
 }
 
 export function chainLines(spec: ChainSpec): string[] {
@@ -27,10 +27,11 @@ export function chainLines(spec: ChainSpec): string[] {
   return spec.rules.map((r) => `-A ${n.chain} ${ruleSpec(r, n.comment)}`);
 }
 
-/** The jump from the built-in chain, spec only (no `-A HOOK`). */
+/** The jump from the built-in chain, spec only (no `-A HOOK`); matches in ip-masq-agent's order for the agent chain. */
 export function jumpSpec(kind: ChainKind): string {
   const n = CHAIN_NAMES[kind];
-  return `-m comment --comment ${quote(n.comment)} -j ${n.chain}`;
+  const nonLocal = n.nonLocalOnly ? ' -m addrtype ! --dst-type LOCAL' : '';
+  return `-m comment --comment ${quote(n.comment)}${nonLocal} -j ${n.chain}`;
 }
 
 export interface SavedTable {

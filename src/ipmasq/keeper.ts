@@ -1,12 +1,14 @@
 // Keeps the node's masquerade and forward rules exactly as the model says, in iptables or in
 // nftables: read back, compare as ordered lists, and write one transaction per table only when
 // something is missing, extra, duplicated or out of order. The other implementation's chains and
-// tables are removed (jumps first), so switching EnableNFTables leaves nothing behind.
+// tables are removed (jumps first), so switching EnableNFTables leaves nothing behind. The same
+// holds for the two masquerade modes: flannel's (--ip-masq) and ip-masq-agent's (--ip-masq-config).
 import type { Family } from '../util/ip.js';
 import type { Logger } from '../util/log.js';
 import { CommandError, runCommand } from '../util/exec.js';
+import { FOREIGN_AGENT_CHAIN, type AgentMasq } from './agent-rules.js';
 import { parseSaveTables, planTable, xtablesCommands, type SavedTable, type XtTable } from './iptables.js';
-import { desiredChains, type ChainKind, type ChainSpec, type FamilyInput } from './model.js';
+import { CHAIN_NAMES, desiredChains, type ChainKind, type ChainSpec, type FamilyInput } from './model.js';
 import { compareTable, nftTable, parseListTable, renderDeleteTable, renderTable, type ListedTable } from './nftables.js';
 
 export type RulesMode = 'iptables' | 'nftables';
@@ -24,7 +26,10 @@ export interface IpMasqMetrics {
 
 export interface RuleKeeperOptions {
   readonly mode: RulesMode;
+  /** flannel's masquerade rules (--ip-masq); exclusive with `agent`. */
   readonly masq: boolean;
+  /** ip-masq-agent mode (--ip-masq-config) with its first config; `setAgent` replaces it. */
+  readonly agent?: AgentMasq | null;
   readonly forward: boolean;
   /** `--ip-masq-fully-random-disable`. */
   readonly fullyRandomDisable: boolean;
@@ -39,55 +44,93 @@ export interface PassResult {
 }
 
 const TABLES: readonly XtTable[] = ['nat', 'filter'];
-const KINDS: readonly ChainKind[] = ['masq', 'forward'];
+const KINDS: readonly ChainKind[] = ['masq', 'forward', 'agent'];
 const FAMILIES: readonly Family[] = [4, 6];
 
 const defaultRunner: Runner = (command, args, stdin) => runCommand(command, args, stdin === undefined ? {} : { stdin });
 
+export class ConflictingMasqModesError extends Error {
+  constructor() {
+    super('flannel masquerade (--ip-masq) and ip-masq-agent mode (--ip-masq-config) are exclusive');
+    this.name = 'ConflictingMasqModesError';
+  }
+}
+
 export class RuleKeeper {
   private families: readonly FamilyInput[] = [];
+  private agent: AgentMasq | null;
   private fullyRandom: boolean | null = null;
   private passes = 0;
+  /** Set by setInput/setAgent: the next pass that writes is an update, not a repair of drift. */
+  private inputChanged = false;
+  private foreignAgentWarned = false;
+  /** Passes run one at a time (the resync loop, a lease change and a config reload may ask at once). */
+  private queue: Promise<unknown> = Promise.resolve();
   private readonly run: Runner;
 
   constructor(private readonly opts: RuleKeeperOptions) {
+    if (opts.masq && opts.agent) throw new ConflictingMasqModesError();
+    this.agent = opts.agent ?? null;
     this.run = opts.runner ?? defaultRunner;
   }
 
   /** The inputs changed (first lease, or a new lease): the next pass rewrites what differs. */
   setInput(families: readonly FamilyInput[]): void {
     this.families = families;
+    this.inputChanged = true;
+  }
+
+  /** A new ip-masq-agent config (live reload): the next pass rewrites what differs. */
+  setAgent(agent: AgentMasq): void {
+    if (this.opts.masq) throw new ConflictingMasqModesError();
+    this.agent = agent;
+    this.inputChanged = true;
   }
 
   /** One reconcile pass over both implementations. Throws on a failing command (nothing half-written: one transaction per table). */
-  async reconcile(): Promise<PassResult> {
+  reconcile(): Promise<PassResult> {
+    const pass = this.queue.then(() => this.pass());
+    this.queue = pass.catch(() => undefined);
+    return pass;
+  }
+
+  private async pass(): Promise<PassResult> {
     const { mode, logger: log, metrics } = this.opts;
-    if (this.fullyRandom === null) this.fullyRandom = !this.opts.fullyRandomDisable && (await this.probeFullyRandom());
-    const want = desiredChains({ families: this.families, masq: this.opts.masq, forward: this.opts.forward, fullyRandom: this.fullyRandom });
-    const problems: string[] = [];
-    let writes = 0;
-    for (const family of FAMILIES) {
-      const mine = want.filter((c) => c.family === family);
-      const r = mode === 'iptables' ? await this.syncIptables(family, mine) : await this.syncNftables(family, mine);
-      problems.push(...r.problems);
-      writes += r.writes;
-      // The other implementation is cleaned once, at start (as flannel does): nothing recreates it.
-      if (this.passes === 0) {
-        const other = mode === 'iptables' ? await this.syncNftables(family, []) : await this.syncIptables(family, []);
-        problems.push(...other.problems);
-        writes += other.writes;
+    const changed = this.inputChanged;
+    this.inputChanged = false;
+    try {
+      if (this.fullyRandom === null) this.fullyRandom = !this.opts.fullyRandomDisable && (await this.probeFullyRandom());
+      const want = desiredChains({ families: this.families, masq: this.opts.masq, forward: this.opts.forward, fullyRandom: this.fullyRandom, agent: this.agent });
+      const problems: string[] = [];
+      let writes = 0;
+      for (const family of FAMILIES) {
+        const mine = want.filter((c) => c.family === family);
+        const r = mode === 'iptables' ? await this.syncIptables(family, mine) : await this.syncNftables(family, mine);
+        problems.push(...r.problems);
+        writes += r.writes;
+        // The other implementation is cleaned once, at start (as flannel does): nothing recreates it.
+        if (this.passes === 0) {
+          const other = mode === 'iptables' ? await this.syncNftables(family, []) : await this.syncIptables(family, []);
+          problems.push(...other.problems);
+          writes += other.writes;
+        }
       }
+      if (problems.length > 0) {
+        const first = this.passes === 0;
+        if (first) log.info('installed masquerade/forward rules', { mode, problems });
+        else if (changed) log.info('updated masquerade/forward rules', { mode, problems });
+        else {
+          metrics?.recordRuleRepair(mode);
+          log.warn('repaired masquerade/forward rules', { mode, problems });
+        }
+      }
+      this.passes++;
+      return { problems, writes };
+    } catch (e) {
+      // Not applied: the retry is still an update.
+      this.inputChanged ||= changed;
+      throw e;
     }
-    if (problems.length > 0) {
-      const first = this.passes === 0;
-      if (!first) metrics?.recordRuleRepair(mode);
-      log[first ? 'info' : 'warn'](first ? 'installed masquerade/forward rules' : 'repaired masquerade/forward rules', {
-        mode,
-        problems,
-      });
-    }
-    this.passes++;
-    return { problems, writes };
   }
 
   private async syncIptables(family: Family, want: readonly ChainSpec[]): Promise<PassResult> {
@@ -105,8 +148,14 @@ export class RuleKeeper {
       if (want.length === 0) return { problems, writes };
       throw e;
     }
+    if (wantKinds.has('agent') && !this.foreignAgentWarned && saved('nat').chains.has(FOREIGN_AGENT_CHAIN)) {
+      this.foreignAgentWarned = true;
+      this.opts.logger.warn(`a ${FOREIGN_AGENT_CHAIN} chain exists: a real ip-masq-agent seems to run on this node too; its rules masquerade what weft's leave alone, so stop it`, {
+        family: `ipv${family}`,
+      });
+    }
     for (const table of TABLES) {
-      const inTable = want.filter((c) => (c.kind === 'masq' ? 'nat' : 'filter') === table);
+      const inTable = want.filter((c) => CHAIN_NAMES[c.kind].table === table);
       const plan = planTable(table, inTable, unwanted, saved(table));
       if (!plan.payload) continue;
       await this.run(cmd.restore, ['--noflush', '-w'], plan.payload);

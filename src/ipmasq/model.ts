@@ -1,6 +1,7 @@
 // The masquerade and forward rules of one node, as data. Both the iptables and the nftables
 // renderings come from this one description, so the two modes can never drift apart.
 import { IPNet, type Family } from '../util/ip.js';
+import { AGENT_CHAIN, AGENT_COMMENTS, AGENT_NFT_CHAIN, agentRules, type AgentMasq } from './agent-rules.js';
 
 /** kube-proxy marks packets it wants masqueraded with this bit; flannel leaves them alone. */
 export const KUBE_PROXY_MARK = 0x4000;
@@ -19,9 +20,12 @@ export interface Rule {
   readonly verdict: Verdict;
   /** MASQUERADE only: `--random-fully` / `fully-random`. */
   readonly fullyRandom: boolean;
+  /** iptables comment of this rule; the chain's comment when absent (nftables rules carry none). */
+  readonly comment?: string;
 }
 
-export type ChainKind = 'masq' | 'forward';
+/** `masq`: flannel's --ip-masq chain; `agent`: ip-masq-agent mode (--ip-masq-config); `forward`: FORWARD accepts. */
+export type ChainKind = 'masq' | 'forward' | 'agent';
 
 /** One chain weft owns, with the built-in chain that jumps to it. */
 export interface ChainSpec {
@@ -30,10 +34,22 @@ export interface ChainSpec {
   readonly rules: readonly Rule[];
 }
 
-/** Per-kind names: iptables table/chain/hook and the nftables chain, all flannel's. */
-export const CHAIN_NAMES: Record<ChainKind, { table: 'nat' | 'filter'; chain: string; hook: string; comment: string; nftChain: string }> = {
+export interface ChainNames {
+  readonly table: 'nat' | 'filter';
+  readonly chain: string;
+  readonly hook: string;
+  /** The jump's comment, and the rules' unless a rule has its own. */
+  readonly comment: string;
+  readonly nftChain: string;
+  /** Only packets to a non-local destination enter the chain (ip-masq-agent's `-m addrtype ! --dst-type LOCAL`). */
+  readonly nonLocalOnly?: boolean;
+}
+
+/** Per-kind names: iptables table/chain/hook and the nftables chain; flannel's for masq and forward. */
+export const CHAIN_NAMES: Record<ChainKind, ChainNames> = {
   masq: { table: 'nat', chain: 'FLANNEL-POSTRTG', hook: 'POSTROUTING', comment: MASQ_COMMENT, nftChain: 'postrtg' },
   forward: { table: 'filter', chain: 'FLANNEL-FWD', hook: 'FORWARD', comment: FORWARD_COMMENT, nftChain: 'forward' },
+  agent: { table: 'nat', chain: AGENT_CHAIN, hook: 'POSTROUTING', comment: AGENT_COMMENTS.jump, nftChain: AGENT_NFT_CHAIN, nonLocalOnly: true },
 };
 
 /** What the rules are built from, per address family. */
@@ -49,6 +65,8 @@ export interface MasqInput {
   readonly masq: boolean;
   readonly forward: boolean;
   readonly fullyRandom: boolean;
+  /** ip-masq-agent mode (exclusive with `masq`); null or absent: off. */
+  readonly agent?: AgentMasq | null;
 }
 
 const MULTICAST: Record<Family, string> = { 4: '224.0.0.0/4', 6: 'ff00::/8' };
@@ -87,13 +105,14 @@ export function forwardRules(network: IPNet): Rule[] {
   ];
 }
 
-/** Every chain weft wants, IPv4 before IPv6, masquerade before forward. */
+/** Every chain weft wants, IPv4 before IPv6, masquerade (either mode) before forward. */
 export function desiredChains(input: MasqInput): ChainSpec[] {
   const out: ChainSpec[] = [];
   for (const f of input.families) {
     if (input.masq) {
       out.push({ family: f.network.family, kind: 'masq', rules: masqRules(f.network, f.subnet, IPNet.parse(MULTICAST[f.network.family]), input.fullyRandom) });
     }
+    if (input.agent) out.push({ family: f.network.family, kind: 'agent', rules: agentRules(f.network, input.agent, input.fullyRandom) });
     if (input.forward) out.push({ family: f.network.family, kind: 'forward', rules: forwardRules(f.network) });
   }
   return out;

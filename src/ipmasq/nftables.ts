@@ -12,7 +12,23 @@ export const nftTable = (family: Family): { family: 'ip' | 'ip6'; name: string }
 const CHAIN_PROPS: Record<ChainKind, { type: string; hook: string; prio: number; priorityText: string; comment: string }> = {
   masq: { type: 'nat', hook: 'postrouting', prio: 100, priorityText: 'srcnat', comment: 'chain to manage traffic masquerading by flannel' },
   forward: { type: 'filter', hook: 'forward', prio: 0, priorityText: 'filter', comment: 'chain to accept flannel traffic' },
+  agent: { type: 'nat', hook: 'postrouting', prio: 100, priorityText: 'srcnat', comment: 'ip-masq-agent mode: masquerade all but the non-masquerade CIDRs' },
 };
+
+/**
+ * A base chain has no jump to carry iptables' `-m addrtype ! --dst-type LOCAL`: a chain that takes
+ * non-local destinations only starts with this rule instead.
+ */
+const LOCAL_RETURN = {
+  text: 'fib daddr type local return',
+  expr: [{ match: { op: '==', left: { fib: { result: 'type', flags: ['daddr'] } }, right: 'local' } }, { return: null }] as unknown[],
+};
+
+/** The chain's rules as nft text and as `nft -j` expressions, in order. */
+function chainRules(family: Family, spec: ChainSpec): { text: string; expr: unknown[] }[] {
+  const rules = spec.rules.map((r) => ({ text: ruleText(family, r), expr: ruleExpr(family, r) }));
+  return CHAIN_NAMES[spec.kind].nonLocalOnly ? [LOCAL_RETURN, ...rules] : rules;
+}
 
 const hex8 = (n: number): string => `0x${n.toString(16).padStart(8, '0')}`;
 
@@ -59,7 +75,7 @@ export function renderTable(family: Family, chains: readonly ChainSpec[], replac
     const n = CHAIN_NAMES[spec.kind];
     const p = CHAIN_PROPS[spec.kind];
     lines.push(`add chain ${id} ${n.nftChain} { type ${p.type} hook ${p.hook} priority ${p.priorityText} ; policy accept ; comment "${p.comment}" ; }`);
-    for (const r of spec.rules) lines.push(`add rule ${id} ${n.nftChain} ${ruleText(family, r)}`);
+    for (const r of chainRules(family, spec)) lines.push(`add rule ${id} ${n.nftChain} ${r.text}`);
   }
   return lines.join('\n') + '\n';
 }
@@ -142,9 +158,10 @@ export function compareTable(family: Family, want: readonly ChainSpec[], listed:
     if (chain.type !== p.type || chain.hook !== p.hook || chain.prio !== p.prio || chain.policy !== 'accept') {
       problems.push(`${t.name}: chain ${name} is not a ${p.type} ${p.hook} chain at priority ${p.prio} with policy accept`);
     }
-    const expected = spec.rules.map((r) => canonical(ruleExpr(family, r)));
+    const rules = chainRules(family, spec);
+    const expected = rules.map((r) => canonical(r.expr));
     const actual = (listed.rules.get(name) ?? []).map(canonical);
-    const texts = new Map(spec.rules.map((r, i) => [expected[i]!, ruleText(family, r)]));
+    const texts = new Map(rules.map((r, i) => [expected[i]!, r.text]));
     problems.push(...diffOrdered(`${t.name}/${name}`, expected, actual, (k) => texts.get(k) ?? k));
   }
   return problems;

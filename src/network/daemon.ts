@@ -16,6 +16,8 @@ import type { DaemonMetrics } from './metrics.js';
 import { writeSubnetEnv } from './subnetenv.js';
 import { RuleKeeper, type Runner } from '../ipmasq/keeper.js';
 import type { FamilyInput } from '../ipmasq/model.js';
+import { describeAgentChange, defaultAgentConfig, loadAgentConfig, parseAgentConfig, type AgentConfig, type LoadedAgentConfig } from '../ipmasq/agent-config.js';
+import { watchConfigFile, type FileState } from '../ipmasq/config-watch.js';
 import { CommandError } from '../util/exec.js';
 import { BlackholeRoutes } from './blackhole.js';
 import { VERSION } from '../version.js';
@@ -26,6 +28,11 @@ export interface DaemonOptions {
   readonly iface: Omit<IfaceOptions, 'enableIPv4' | 'enableIPv6'>;
   readonly subnetFile: string;
   readonly ipMasq: boolean;
+  /**
+   * `--ip-masq-config`: ip-masq-agent mode, configured by this YAML/JSON file and reloaded when it
+   * changes. Exclusive with `ipMasq`.
+   */
+  readonly ipMasqConfig?: string;
   /** `--iptables-forward-rules`: accept rules for the cluster network in FORWARD. */
   readonly forwardRules: boolean;
   readonly fullyRandomDisable: boolean;
@@ -88,7 +95,7 @@ export class Daemon {
         backendType: this.backendType,
         lease: this.lease,
         peers: this.watcher?.peers ?? [],
-        masquerade: this.opts.ipMasq,
+        masquerade: this.masquerading,
         forwardRules: this.opts.forwardRules,
         rulesResync: this.opts.rulesResync,
         reconcileInterval: this.opts.reconcileInterval,
@@ -99,10 +106,16 @@ export class Daemon {
     );
   }
 
+  /** weft masquerades pod traffic itself (either mode): subnet.env tells the CNI plugin to leave the bridge's ipMasq off. */
+  private get masquerading(): boolean {
+    return this.opts.ipMasq || Boolean(this.opts.ipMasqConfig);
+  }
+
   /** Runs until `signal` aborts (resolves) or something fatal happens (rejects with FatalError). */
   async run(signal: AbortSignal): Promise<void> {
     const { logger: log, metrics, manager } = this.deps;
     await this.checkSubnetFileWritable();
+    const agentConfig = await this.loadAgentConfig();
     const config = await this.fetchConfig(signal);
     this.config = config;
     const extIface = await this.selectInterface(config);
@@ -128,7 +141,10 @@ export class Daemon {
       throw new FatalError((e as Error).message);
     }
     this.backendType = backend.type;
-    const { attrs, mtu, subnetEnv } = await backend.prepare();
+    // A backend that cannot set up its devices (OVS not running, ...) says why and stops us.
+    const { attrs, mtu, subnetEnv } = await backend.prepare().catch((e: Error) => {
+      throw new FatalError(`backend ${backend.type}: ${e.message}`);
+    });
 
     const acquired = await this.retryStore('acquire', signal, () => manager.acquireLease(attrs, signal));
     this.lease = acquired.lease;
@@ -142,7 +158,7 @@ export class Daemon {
     });
     await backend.start(acquired.lease);
     await this.writeSubnetFile(config, acquired.lease, mtu, subnetEnv);
-    const rules = this.ruleKeeper(config);
+    const rules = this.ruleKeeper(config, agentConfig?.config ?? null);
     rules.setInput(ruleInputs(config, acquired.lease));
     await this.syncRules(rules, true);
     await this.syncBlackhole(config);
@@ -185,6 +201,7 @@ export class Daemon {
         this.applyBatches(backend, watcher, batcher, signal),
         this.reconcileLoop(backend, watcher, signal),
         this.rulesLoop(rules, config, signal),
+        this.agentConfigLoop(rules, agentConfig, signal),
       ]);
     } finally {
       await backend.close();
@@ -245,11 +262,12 @@ export class Daemon {
     }
   }
 
-  private ruleKeeper(config: NetworkConfig): RuleKeeper {
+  private ruleKeeper(config: NetworkConfig, agent: AgentConfig | null): RuleKeeper {
     const mode = config.enableNFTables ? 'nftables' : 'iptables';
     return new RuleKeeper({
       mode,
       masq: this.opts.ipMasq,
+      agent,
       forward: this.opts.forwardRules,
       fullyRandomDisable: this.opts.fullyRandomDisable,
       logger: this.deps.logger.child({ component: mode }),
@@ -266,7 +284,7 @@ export class Daemon {
     } catch (e) {
       this.activity.rulePass(e as Error);
       if (atStart && e instanceof CommandError && e.notFound) {
-        throw new FatalError(`masquerade/forward rules: ${e.command} not found; install it, or run without --ip-masq and with --iptables-forward-rules=false`);
+        throw new FatalError(`masquerade/forward rules: ${e.command} not found; install it, or run without --ip-masq/--ip-masq-config and with --iptables-forward-rules=false`);
       }
       this.deps.metrics.recordRuleError();
       this.deps.logger.error('masquerade/forward rules could not be applied; retrying at the next resync', { error: (e as Error).message });
@@ -284,6 +302,68 @@ export class Daemon {
       await this.syncRules(rules, false);
       await this.syncBlackhole(config);
     }
+  }
+
+  /**
+   * ip-masq-agent mode: the config at start. A missing file means ip-masq-agent's defaults; an
+   * invalid one is fatal, like an invalid network config (at run time it only keeps the old rules).
+   */
+  private async loadAgentConfig(): Promise<LoadedAgentConfig | null> {
+    const path = this.opts.ipMasqConfig;
+    if (!path) return null;
+    if (this.opts.ipMasq) throw new FatalError('--ip-masq and --ip-masq-config are exclusive');
+    let loaded: LoadedAgentConfig;
+    try {
+      loaded = await loadAgentConfig(path);
+    } catch (e) {
+      throw new FatalError(`invalid ip-masq config: ${(e as Error).message}`);
+    }
+    const log = this.deps.logger.child({ component: 'ip-masq-config' });
+    for (const w of loaded.warnings) log.warn(`ip-masq config: ${w}`, { path });
+    log.info(loaded.text === null ? 'no ip-masq config file; using the ip-masq-agent defaults' : 'loaded the ip-masq config', {
+      path,
+      nonMasqueradeCIDRs: loaded.config.nonMasqueradeCIDRs.map(String),
+      masqLinkLocal: loaded.config.masqLinkLocal,
+      masqLinkLocalIPv6: loaded.config.masqLinkLocalIPv6,
+    });
+    this.deps.metrics.recordConfigLoaded();
+    return loaded;
+  }
+
+  /** ip-masq-agent mode: applies every change of the config file without a restart; a bad one keeps the rules. */
+  private async agentConfigLoop(rules: RuleKeeper, start: LoadedAgentConfig | null, signal: AbortSignal): Promise<void> {
+    const path = this.opts.ipMasqConfig;
+    if (!path || !start) return;
+    const { metrics } = this.deps;
+    const log = this.deps.logger.child({ component: 'ip-masq-config' });
+    let current = start.config;
+    const onChange = async (state: FileState): Promise<void> => {
+      let next: AgentConfig;
+      try {
+        if (state.kind === 'error') throw state.error;
+        const parsed = state.kind === 'missing' ? { config: defaultAgentConfig(), warnings: [] } : parseAgentConfig(state.text, path);
+        for (const w of parsed.warnings) log.warn(`ip-masq config: ${w}`, { path });
+        next = parsed.config;
+      } catch (e) {
+        metrics.recordConfigReload('error');
+        log.error('ip-masq config not applied; the previous rules stay', { path, error: (e as Error).message });
+        return;
+      }
+      const changes = describeAgentChange(current, next);
+      current = next;
+      metrics.recordConfigReload('applied');
+      log.info(state.kind === 'missing' ? 'ip-masq config file removed; using the ip-masq-agent defaults' : 'reloaded the ip-masq config', { path, changes });
+      rules.setAgent(next);
+      await this.syncRules(rules, false);
+    };
+    await watchConfigFile(path, {
+      signal,
+      initial: start.text,
+      onChange,
+      // ip-masq-agent's resyncInterval is how often it re-reads the file; here it is the safety net under the watch.
+      pollIntervalMs: () => Math.max(1000, current.resyncIntervalMs),
+      onWatchError: (dir, e) => log.warn('cannot watch the ip-masq config directory; re-reading it periodically', { dir, error: e.message }),
+    });
   }
 
   private async syncBlackhole(config: NetworkConfig): Promise<void> {
@@ -366,8 +446,9 @@ export class Daemon {
         ipv6Network: config.enableIPv6 ? config.ipv6Network : null,
         ipv6Subnet: config.enableIPv6 ? lease.ipv6Subnet : null,
         mtu,
-        ipMasq: this.opts.ipMasq,
-        ...(extra ? { extra } : {}),
+        ipMasq: this.masquerading,
+        // Which of weft's masquerade modes made FLANNEL_IPMASQ true (weft trace reads it).
+        extra: [...(extra ?? []), ...(this.opts.ipMasqConfig ? [['WEFT_IPMASQ', 'agent'] as const] : [])],
       });
     } catch (e) {
       throw new FatalError((e as Error).message);

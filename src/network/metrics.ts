@@ -4,6 +4,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 
 import type { BackendMetrics } from '../backend/backend.js';
 import type { Repairs } from '../backend/kernel/diff.js';
+import type { AgentConfigMetrics, ConfigReloadResult } from '../ipmasq/agent-config.js';
 import type { IpMasqMetrics, RulesMode } from '../ipmasq/keeper.js';
 import type { LeaseEventType } from '../subnet/lease.js';
 import type { AcquireHow as AnyAcquireHow } from '../subnet/manager.js';
@@ -22,7 +23,7 @@ const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 
 export type RepairKind = 'added' | 'changed' | 'removed' | 'device';
 
-export class DaemonMetrics implements BackendMetrics, IpMasqMetrics {
+export class DaemonMetrics implements BackendMetrics, IpMasqMetrics, AgentConfigMetrics {
   readonly registry: Registry;
   /** Unix seconds at which our lease expires; 0 for a reservation (no expiry). */
   readonly leaseExpiry: Gauge;
@@ -50,6 +51,10 @@ export class DaemonMetrics implements BackendMetrics, IpMasqMetrics {
   readonly ruleErrors: Counter;
   /** Rule reconcile passes run (each reads the rules back). */
   readonly ruleChecks: Counter;
+  /** ip-masq-agent mode: config file changes seen, by outcome (applied, or error: previous rules kept). */
+  readonly ipMasqConfigReloads: Counter<'result'>;
+  /** ip-masq-agent mode: 1 when the config in use is the file's current content, 0 after a bad change. */
+  readonly ipMasqConfigLastReloadOk: Gauge;
 
   constructor(opts: DaemonMetricsOptions = {}) {
     const registry = new Registry();
@@ -130,6 +135,17 @@ export class DaemonMetrics implements BackendMetrics, IpMasqMetrics {
     });
     this.ruleErrors = new Counter({ name: 'weft_ipmasq_errors_total', help: 'Rule reconcile passes that failed.', registers });
     this.ruleChecks = new Counter({ name: 'weft_ipmasq_checks_total', help: 'Rule reconcile passes run.', registers });
+    this.ipMasqConfigReloads = new Counter({
+      name: 'weft_ipmasq_config_reloads_total',
+      help: 'ip-masq-agent mode: config file changes seen, by result (applied; error = invalid or unreadable, previous rules kept).',
+      labelNames: ['result'],
+      registers,
+    });
+    this.ipMasqConfigLastReloadOk = new Gauge({
+      name: 'weft_ipmasq_config_last_reload_successful',
+      help: 'ip-masq-agent mode: 1 when the last load of the config file succeeded, 0 when the rules follow an older version of it.',
+      registers,
+    });
 
     // Export every label value from the start, so rate() and alerts see 0 rather than a missing series.
     for (const type of ['added', 'removed'] satisfies LeaseEventType[]) {
@@ -147,6 +163,8 @@ export class DaemonMetrics implements BackendMetrics, IpMasqMetrics {
       this.ruleWrites.inc({ mode }, 0);
       this.ruleRepairs.inc({ mode }, 0);
     }
+    for (const result of ['applied', 'error'] satisfies ConfigReloadResult[]) this.ipMasqConfigReloads.inc({ result }, 0);
+    this.ipMasqConfigLastReloadOk.set(0);
     this.ready.set(0);
 
     if (opts.processMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'weft_' });
@@ -170,6 +188,16 @@ export class DaemonMetrics implements BackendMetrics, IpMasqMetrics {
 
   recordRuleError(): void {
     this.ruleErrors.inc();
+  }
+
+  recordConfigReload(result: ConfigReloadResult): void {
+    this.ipMasqConfigReloads.inc({ result });
+    this.ipMasqConfigLastReloadOk.set(result === 'applied' ? 1 : 0);
+  }
+
+  /** The config file loaded at start (not a reload). */
+  recordConfigLoaded(): void {
+    this.ipMasqConfigLastReloadOk.set(1);
   }
 
   /** Prometheus exposition text of all metrics. */

@@ -14,6 +14,8 @@ function rejects(argv: string[], message: RegExp): void {
   );
 }
 
+const pick = (f: ReturnType<typeof parseFlags>) => ({ ipMasq: f.ipMasq, ipMasqConfig: f.ipMasqConfig });
+
 describe('parseFlags', () => {
   // Keep the tests independent of the caller's FLANNELD_* environment, and restore it afterwards.
   let saved: Record<string, string | undefined> = {};
@@ -49,6 +51,7 @@ describe('parseFlags', () => {
       publicIpv6: '',
       subnetLeaseRenewMargin: 60,
       ipMasq: false,
+      ipMasqConfig: '',
       ipMasqFullyRandomDisable: false,
       kubeSubnetMgr: false,
       kubeApiUrl: '',
@@ -188,6 +191,24 @@ describe('parseFlags', () => {
     assert.equal(parseFlags(['--subnet-file', '/a', '--subnet-file=/b']).subnetFile, '/b');
     assert.equal(parseFlags(['--log-level', 'info', '--log-level', 'debug']).logLevel, 'debug');
     assert.equal(parseFlags(['--healthz-port', '1', '--healthz-port', '2']).healthzPort, 2);
+  });
+
+  it('--ip-masq-config selects ip-masq-agent mode, from the command line or FLANNELD_IP_MASQ_CONFIG', () => {
+    assert.equal(parseFlags(['--ip-masq-config', '/etc/config/ip-masq-agent']).ipMasqConfig, '/etc/config/ip-masq-agent');
+    assert.equal(parseFlags(['-ip-masq-config=/a', '--ip-masq-config=/b']).ipMasqConfig, '/b');
+    process.env.FLANNELD_IP_MASQ_CONFIG = '/env/ip-masq-agent';
+    assert.equal(parseFlags([]).ipMasqConfig, '/env/ip-masq-agent');
+    rejects(['--ip-masq-config'], /ip-masq-config/);
+  });
+
+  it('--ip-masq and --ip-masq-config are exclusive, however they are given', () => {
+    const msg = /^--ip-masq and --ip-masq-config are exclusive: --ip-masq installs flannel's masquerade rules, --ip-masq-config ip-masq-agent's; choose one$/;
+    rejects(['--ip-masq', '--ip-masq-config', '/x'], msg);
+    rejects(['-ip-masq-config=/x', '-ip-masq'], msg);
+    process.env.FLANNELD_IP_MASQ = 'true';
+    rejects(['--ip-masq-config=/x'], msg);
+    // Turning one off is fine.
+    assert.deepEqual(pick(parseFlags(['--ip-masq-config=/x', '--ip-masq=false'])), { ipMasq: false, ipMasqConfig: '/x' });
   });
 
   it('a value flag without its value is an error, like Go flag ("flag needs an argument")', () => {
