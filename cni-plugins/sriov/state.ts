@@ -1,0 +1,278 @@
+// What ADD leaves for DEL, at sriov-cni's paths and with its field names, so either plugin can
+// clean up after the other:
+//
+//   <dataDir>/<containerID>-<ifname>        the NetConf with OrigVfState, DPDKMode, Master, VFID, …
+//   <dataDir>/pci/<vf PCI address>           the netns path the VF is allocated to
+//   <dataDir>/pci/vf_lock/<vf>.lock          flock'ed while a VF is configured or released
+//
+// weft adds a `weft` object (VLAN protocols, which VF settings the PF reported, the pod netns,
+// the offload step's own state); sriov-cni ignores it, and weft reads sriov-cni's files without it.
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import type { VfConfig, VfLinkState, VlanProto } from '../../src/netlink/vf.js';
+import { NetnsHandle } from '../bridge/iproute.js';
+import { randomBytesSync } from '../skel/random.js';
+import type { NetConf } from '../skel/types.js';
+import type { OnOff, SriovConf } from './config.js';
+
+export const STATE_VERSION = 1;
+
+/** The VF as ADD found it, to be restored by DEL. */
+export interface OriginalVf {
+  /** Host netdev name ('' in DPDK mode). */
+  readonly hostIfName: string;
+  /** The netdev's own MAC before ADD ('' in DPDK mode). */
+  readonly effectiveMac: string;
+  /** The netdev's MTU before ADD (0 in DPDK mode). */
+  readonly mtu: number;
+  /** What the PF reported for the VF. */
+  readonly pf: VfConfig;
+}
+
+/** The VF settings the config asked for (what DEL resets). */
+export interface AppliedSettings {
+  readonly vlan: number | null;
+  readonly vlanQoS: number;
+  readonly vlanProto: VlanProto;
+  readonly mac: string | null;
+  readonly spoofchk: OnOff | null;
+  readonly trust: OnOff | null;
+  readonly linkState: VfLinkState | null;
+  readonly minTxRate: number | null;
+  readonly maxTxRate: number | null;
+}
+
+export interface SriovState {
+  readonly deviceID: string;
+  readonly pf: string;
+  readonly vfIndex: number;
+  readonly dpdk: boolean;
+  /** CNI_IFNAME the VF got in the pod. */
+  readonly podIfName: string;
+  /** The pod netns path (null in files written by sriov-cni). */
+  readonly netns: string | null;
+  readonly applied: AppliedSettings;
+  readonly orig: OriginalVf;
+  /** The offload step's own state (null in plain and DPDK mode). */
+  readonly offload: Record<string, unknown> | null;
+}
+
+/** A state file that is not JSON or lacks what DEL needs. */
+export class StateFileError extends Error {
+  constructor(
+    readonly path: string,
+    reason: string,
+  ) {
+    super(`invalid sriov state file ${path}: ${reason}`);
+    this.name = 'StateFileError';
+  }
+}
+
+export function stateFile(dataDir: string, containerId: string, ifname: string): string {
+  return join(dataDir, `${containerId}-${ifname}`);
+}
+
+export function pciAllocFile(dataDir: string, pci: string): string {
+  return join(dataDir, 'pci', pci);
+}
+
+export function pciLockFile(dataDir: string, pci: string): string {
+  return join(dataDir, 'pci', 'vf_lock', `${pci}.lock`);
+}
+
+const LINK_STATE_NUMBER: Record<VfLinkState, number> = { auto: 0, enable: 1, disable: 2 };
+const LINK_STATES: readonly VfLinkState[] = ['auto', 'enable', 'disable'];
+
+export function appliedFrom(conf: SriovConf): AppliedSettings {
+  return {
+    vlan: conf.vlan,
+    vlanQoS: conf.vlanQoS,
+    vlanProto: conf.vlanProto,
+    mac: conf.mac,
+    spoofchk: conf.spoofchk,
+    trust: conf.trust,
+    linkState: conf.linkState,
+    minTxRate: conf.minTxRate,
+    maxTxRate: conf.maxTxRate,
+  };
+}
+
+/**
+ * The state as JSON: the request config (without prevResult and the lower-case `mac`, which
+ * sriov-cni keeps as `MAC`) plus sriov-cni's fields and weft's.
+ */
+export function encodeState(s: SriovState, config: NetConf): string {
+  const base: Record<string, unknown> = { ...config };
+  delete base.prevResult;
+  delete base.mac;
+  const a = s.applied;
+  const out: Record<string, unknown> = {
+    ...base,
+    deviceID: s.deviceID,
+    vlan: a.vlan,
+    vlanQoS: a.vlan === null ? null : a.vlanQoS,
+    vlanProto: a.vlan === null ? null : a.vlanProto,
+    min_tx_rate: a.minTxRate,
+    max_tx_rate: a.maxTxRate,
+    ...(a.spoofchk ? { spoofchk: a.spoofchk } : {}),
+    ...(a.trust ? { trust: a.trust } : {}),
+    ...(a.linkState ? { link_state: a.linkState } : {}),
+    OrigVfState: {
+      HostIFName: s.orig.hostIfName,
+      SpoofChk: s.orig.pf.spoofchk ?? false,
+      Trust: s.orig.pf.trust ?? false,
+      AdminMAC: s.orig.pf.mac,
+      EffectiveMAC: s.orig.effectiveMac,
+      Vlan: s.orig.pf.vlan,
+      VlanQoS: s.orig.pf.qos,
+      MinTxRate: s.orig.pf.minTxRate,
+      MaxTxRate: s.orig.pf.maxTxRate,
+      LinkState: s.orig.pf.linkState === null ? 0 : LINK_STATE_NUMBER[s.orig.pf.linkState],
+      MTU: s.orig.mtu,
+    },
+    DPDKMode: s.dpdk,
+    Master: s.pf,
+    MAC: a.mac ?? '',
+    VFID: s.vfIndex,
+    ContIFNames: s.podIfName,
+    weft: {
+      version: STATE_VERSION,
+      netns: s.netns,
+      vlanProto: a.vlanProto,
+      origVlanProto: s.orig.pf.vlanProto,
+      origSpoofchkKnown: s.orig.pf.spoofchk !== null,
+      origTrustKnown: s.orig.pf.trust !== null,
+      origLinkStateKnown: s.orig.pf.linkState !== null,
+      offload: s.offload,
+    },
+  };
+  return JSON.stringify(out);
+}
+
+type Obj = Record<string, unknown>;
+
+function isObj(v: unknown): v is Obj {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Reads a state file written by weft or by sriov-cni. */
+export function decodeState(path: string, text: string): SriovState {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (e) {
+    throw new StateFileError(path, (e as Error).message);
+  }
+  if (!isObj(raw)) throw new StateFileError(path, 'not a JSON object');
+  const o = isObj(raw.OrigVfState) ? raw.OrigVfState : null;
+  if (o === null) throw new StateFileError(path, 'no OrigVfState');
+  const w = isObj(raw.weft) ? raw.weft : {};
+  const s = (v: unknown): string => (typeof v === 'string' ? v : '');
+  const n = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
+  const nOrNull = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
+  const onOff = (v: unknown): OnOff | null => (v === 'on' || v === 'off' ? v : null);
+  const proto = (v: unknown): VlanProto => (typeof v === 'string' && v.toLowerCase() === '802.1ad' ? '802.1ad' : '802.1q');
+  const deviceID = s(raw.deviceID);
+  const pf = s(raw.Master);
+  if (deviceID === '' || pf === '' || typeof raw.VFID !== 'number') throw new StateFileError(path, 'deviceID, Master or VFID missing');
+  const ls = s(raw.link_state);
+  const linkState = ls === 'auto' || ls === 'enable' || ls === 'disable' ? ls : null;
+  const mac = s(raw.MAC) || null;
+  const known = (key: string): boolean => w[key] !== false;
+  return {
+    deviceID,
+    pf,
+    vfIndex: raw.VFID,
+    dpdk: raw.DPDKMode === true,
+    podIfName: s(raw.ContIFNames),
+    netns: typeof w.netns === 'string' ? w.netns : null,
+    applied: {
+      vlan: nOrNull(raw.vlan),
+      vlanQoS: n(raw.vlanQoS),
+      vlanProto: proto(w.vlanProto ?? raw.vlanProto),
+      mac,
+      spoofchk: onOff(raw.spoofchk),
+      trust: onOff(raw.trust),
+      linkState,
+      minTxRate: nOrNull(raw.min_tx_rate),
+      maxTxRate: nOrNull(raw.max_tx_rate),
+    },
+    orig: {
+      hostIfName: s(o.HostIFName),
+      effectiveMac: s(o.EffectiveMAC),
+      mtu: n(o.MTU),
+      pf: {
+        vf: raw.VFID,
+        mac: s(o.AdminMAC) || '00:00:00:00:00:00',
+        vlan: n(o.Vlan),
+        qos: n(o.VlanQoS),
+        vlanProto: proto(w.origVlanProto),
+        spoofchk: known('origSpoofchkKnown') ? o.SpoofChk === true : null,
+        trust: known('origTrustKnown') ? o.Trust === true : null,
+        linkState: known('origLinkStateKnown') ? (LINK_STATES[n(o.LinkState)] ?? 'auto') : null,
+        minTxRate: n(o.MinTxRate),
+        maxTxRate: n(o.MaxTxRate),
+      },
+    },
+    offload: isObj(w.offload) ? w.offload : null,
+  };
+}
+
+/** Writes `text` to `path` through a temp file and rename (never half-written), mode 0600. */
+export function writeFileAtomic(path: string, text: string): void {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  const tmp = `${path}.tmp-${randomBytesSync(4).toString('hex')}`;
+  writeFileSync(tmp, text, { mode: 0o600 });
+  renameSync(tmp, path);
+}
+
+/** The state file's content; null when there is none. */
+export function readStateText(path: string): string | null {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw e;
+  }
+}
+
+export function removeFile(path: string): void {
+  rmSync(path, { force: true });
+}
+
+/** The netns path recorded for a VF, or null. */
+export function readAllocation(dataDir: string, pci: string): string | null {
+  try {
+    return readFileSync(pciAllocFile(dataDir, pci), 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw e;
+  }
+}
+
+/** Whether `path` still opens as a network namespace (sriov-cni's liveness test). */
+export function netnsAlive(path: string): boolean {
+  if (path === '') return false;
+  try {
+    NetnsHandle.open(path).close();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * sriov-cni's IsAllocated: the netns path the VF is allocated to while that netns lives; a stale
+ * allocation (netns gone) is removed and null returned.
+ */
+export function liveAllocation(dataDir: string, pci: string): string | null {
+  const ns = readAllocation(dataDir, pci);
+  if (ns === null) return null;
+  if (netnsAlive(ns)) return ns;
+  removeFile(pciAllocFile(dataDir, pci));
+  return null;
+}
+
+export function saveAllocation(dataDir: string, pci: string, netns: string): void {
+  writeFileAtomic(pciAllocFile(dataDir, pci), netns);
+}
