@@ -6,7 +6,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { Category, cookieOf, macFromIP } from '../../src/backend/ovs/pipeline.js';
+import { Category, cookieOf, macFromIP, OBJECT_MASK } from '../../src/backend/ovs/pipeline.js';
+import { attachPodPort } from '../../src/backend/ovs/podport.js';
 import { WEFT_ROUTE_PROTOCOL } from '../../src/netlink/index.js';
 import { OvsClient } from '../../src/ovs/cli.js';
 import { IPNet } from '../../src/util/ip.js';
@@ -224,6 +225,32 @@ describe('ovs backend (integration: OVS netdev datapath in namespaces, etcd, wef
       what: 'the repair to be counted',
     });
     await reachable(a.pod!.ns, b.pod!.ip);
+  });
+
+  it('keeps the flows of a pod port that exists and sweeps them once the port is gone', async () => {
+    const [a, b] = nodes as [OvsHost, OvsHost];
+    const client = new OvsClient({ runDir: a.ovs.runDir });
+    const subnet = subnetOf(a.host);
+    const ip = subnet.nth(50n);
+    await ipn(a.host.ns, 'link', 'add', 'wt-extra', 'type', 'veth', 'peer', 'name', 'wt-extra-p');
+    const ofport = await attachPodPort(client, {
+      bridge: 'br-int', hostIface: 'wt-extra', containerId: 'ctr-extra', ifName: 'eth0',
+      ip, mac: macFromIP(ip), gateway: subnet.nth(1n),
+    });
+    const podCookie = `cookie=0x${cookieOf(0, Category.Pod, ofport).toString(16)}/0x${OBJECT_MASK.toString(16)}`;
+    assert.equal((await filteredFlows(a, podCookie)).length, 5);
+    // Two reconcile passes later they are still there: the daemon wants them too.
+    const repairs = counter(await a.host.metrics(), 'weft_reconcile_repairs_total', '{kind="removed"}');
+    const passes = async () => Number(/^weft_backend_reconcile_duration_seconds_count (\d+)/m.exec(await a.host.metrics())?.[1] ?? 0);
+    const start = await passes();
+    await waitFor(async () => (await passes()) >= start + 2, { timeoutMs: 10_000, what: 'two reconcile passes' });
+    assert.equal((await filteredFlows(a, podCookie)).length, 5);
+    assert.equal(counter(await a.host.metrics(), 'weft_reconcile_repairs_total', '{kind="removed"}'), repairs);
+    // The port goes behind weft's back (not through the plugin): its flows are swept.
+    await a.ovs.vsctl('del-port', 'br-int', 'wt-extra');
+    await waitFor(async () => (await filteredFlows(a, podCookie)).length === 0, { timeoutMs: 10_000, what: "the gone port's flows to be swept" });
+    await ipn(a.host.ns, 'link', 'del', 'wt-extra');
+    assert.deepEqual((await a.ovs.dumpFlows('br-int')).sort(), expectedFlows(a, b, await weftRound(a)));
   });
 
   it('puts the flows back after ovs-vswitchd restarts (with flow-restore-wait set) and clears flow-restore-wait', async () => {
