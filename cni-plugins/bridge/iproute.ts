@@ -405,3 +405,10 @@ export function routesOf(doc: unknown): IpRoute[] {
 export function hasFlag(link: IpLink, flag: string): boolean {
   return link.flags.includes(flag);
 }
+
+/** Why a batch failed: the failing line's context (in the reference's words) and ip's message. */
+export function batchFailure(r: IpBatchResult, lines: ReadonlyArray<{ readonly what: string }>): string {
+  const n = r.failedLines[0] ?? 0;
+  const what = n > 0 ? lines[n - 1]?.what : undefined;
+  return what ? `${what}: ${r.message}` : r.message || `ip exited with status ${r.code}`;
+}

@@ -21,6 +21,7 @@ import { fstatSync, statSync } from 'node:fs';
 import type { Family } from '../../src/util/ip.js';
 import { delegateAdd, delegateCheck, delegateDel, delegateGC, delegateStatus } from '../skel/delegate.js';
 import { CniError, ErrorCode, type CniInterface, type CniPlugin, type CniRequest, type CniResult, type Delegates } from '../skel/types.js';
+import { internalError, netnsError, Undo, withCleanup } from '../skel/rollback.js';
 import { checkAttachment } from './check.js';
 import { containerMac, loadBridgeConf, validateForAdd, type BridgeConf } from './config.js';
 import {
@@ -41,6 +42,7 @@ import {
   type PendingPodBatch,
   type PendingPodSysctls,
   type IpLink,
+  batchFailure,
 } from './iproute.js';
 import {
   gcIptablesMasq,
@@ -93,49 +95,13 @@ export class LinkSetupError extends CniError {
   }
 }
 
-function internal(msg: string): CniError {
-  return new CniError(ErrorCode.Internal, msg);
-}
 
-function netnsError(path: string, e: unknown): CniError {
-  return internal(`failed to open netns "${path}": ${(e as Error).message}`);
-}
 
-/** The error of a failed batch: the failing line's context and ip's message. */
 function batchError(r: IpBatchResult, lines: readonly BatchLine[]): LinkSetupError {
-  const n = r.failedLines[0] ?? 0;
-  const what = n > 0 ? lines[n - 1]?.what : undefined;
-  return new LinkSetupError(what ? `${what}: ${r.message}` : r.message || `ip exited with status ${r.code}`);
+  return new LinkSetupError(batchFailure(r, lines));
 }
 
-/** Undo actions of an ADD, run newest first; their failures are collected, not thrown. */
-class Undo {
-  private readonly steps: Array<{ what: string; run: () => Promise<void> }> = [];
 
-  push(what: string, run: () => Promise<void>): void {
-    this.steps.push({ what, run });
-  }
-
-  async run(): Promise<string[]> {
-    const errors: string[] = [];
-    for (const s of this.steps.reverse()) {
-      try {
-        await s.run();
-      } catch (e) {
-        errors.push(`${s.what}: ${(e as Error).message}`);
-      }
-    }
-    return errors;
-  }
-}
-
-/** The original error, with any clean-up failure in its details (the message stays the cause). */
-function withCleanup(e: unknown, cleanup: readonly string[]): unknown {
-  if (cleanup.length === 0) return e;
-  const extra = `cleanup after the failed ADD also failed: ${cleanup.join('; ')}`;
-  if (e instanceof CniError) return new CniError(e.code, e.message, e.details ? `${e.details}; ${extra}` : extra);
-  return new CniError(ErrorCode.Internal, (e as Error).message, extra);
-}
 
 interface HostDone {
   /** The bridge as read before our port joined (type, MAC to pin, addresses). */
@@ -189,9 +155,9 @@ async function plugHost(req: CniRequest, conf: BridgeConf, ns: NetnsHandle, undo
     const bridgeBefore = links.find((l) => l.ifname === br);
     if (!bridgeBefore) {
       const why = r.failedLines.includes(b.bridgeAdd) ? `could not add "${br}": ${msg(b.bridgeAdd)}` : `could not lookup "${br}": ${msg(b.bridgeRead)}`;
-      throw internal(`failed to create bridge "${br}": ${why}`);
+      throw internalError(`failed to create bridge "${br}": ${why}`);
     }
-    if (bridgeBefore.kind !== 'bridge') throw internal(`failed to create bridge "${br}": "${br}" already exists but is not a bridge`);
+    if (bridgeBefore.kind !== 'bridge') throw internalError(`failed to create bridge "${br}": "${br}" already exists but is not a bridge`);
     const unexpected = r.failedLines.filter(
       (n) => !(n === b.bridgeAdd && /File exists/.test(msg(n))) && n !== b.vlanGwRead,
     );
@@ -200,13 +166,13 @@ async function plugHost(req: CniRequest, conf: BridgeConf, ns: NetnsHandle, undo
       if (n === b.vethAdd && /File exists/.test(msg(n))) {
         const collided = hostLinkNames().has(hostVeth);
         if (collided && attempt < VETH_NAME_ATTEMPTS) continue;
-        if (!collided) throw internal(`container veth name provided (${req.ifname}) already exists`);
+        if (!collided) throw internalError(`container veth name provided (${req.ifname}) already exists`);
       }
       throw new LinkSetupError(`${b.lines[n - 1]?.what ?? 'ip'}: ${msg(n) || r.message}`);
     }
     const bridge = [...links].reverse().find((l) => l.ifname === br) ?? bridgeBefore;
     const veth = links.find((l) => l.ifname === hostVeth);
-    if (!veth) throw internal(`failed to lookup "${hostVeth}": not in ip's output`);
+    if (!veth) throw internalError(`failed to lookup "${hostVeth}": not in ip's output`);
     try {
       writeHostSysctl(`net/ipv6/conf/${br}/accept_ra`, '0'); // we want to own the routes for these interfaces
       writeHostSysctl(`net/ipv6/conf/${hostVeth}/accept_ra`, '0');
@@ -288,7 +254,7 @@ async function configureGateway(conf: BridgeConf, host: HostDone, gws: Gateways)
     if (gws.v4.length > 0) ensureHostSysctl('net/ipv4/ip_forward', '1');
     if (gws.v6.length > 0) ensureHostSysctl('net/ipv6/conf/all/forwarding', '1');
   } catch (e) {
-    throw internal(`failed to enable forwarding: ${(e as Error).message}`);
+    throw internalError(`failed to enable forwarding: ${(e as Error).message}`);
   }
   return { bridge, gwIface: dev !== conf.bridge ? gwIface : null };
 }
@@ -301,7 +267,7 @@ async function settleAddresses(ns: NetnsHandle, ifname: string): Promise<void> {
     const link = linksOf(r.docs)[0];
     const pending = (link?.addrs ?? []).some((a) => a.family === 'inet6' && (a.tentative || a.dadfailed));
     if (!pending) return;
-    if (Date.now() > deadline) throw internal(`link ${ifname} still has tentative addresses after ${SETTLE_TIMEOUT_MS / 1000} seconds`);
+    if (Date.now() > deadline) throw internalError(`link ${ifname} still has tentative addresses after ${SETTLE_TIMEOUT_MS / 1000} seconds`);
     await sleep(50);
   }
 }
@@ -339,7 +305,7 @@ async function configurePod(req: CniRequest, conf: BridgeConf, gws: Gateways | n
     if (r.code !== 0) throw batchError(r, more);
   }
   const link = linksOf(r.docs).find((l) => l.ifname === ifname);
-  if (!link) throw internal(`failed to retrieve link ${ifname}: not in ip's output`);
+  if (!link) throw internalError(`failed to retrieve link ${ifname}: not in ip's output`);
   return link;
 }
 
@@ -352,11 +318,11 @@ async function waitPortUp(hostVeth: string, podLink: IpLink): Promise<void> {
     await sleep(ms);
     const r = await ipBatch([`link show dev ${hostVeth}`], { json: true });
     const l = linksOf(r.docs)[0];
-    if (!l) throw internal(`failed to lookup "${hostVeth}": ${r.message}`);
+    if (!l) throw internalError(`failed to lookup "${hostVeth}": ${r.message}`);
     state = l.operstate;
     if (state === 'UP') return;
   }
-  throw internal(`bridge port in error state: ${state.toLowerCase()}`);
+  throw internalError(`bridge port in error state: ${state.toLowerCase()}`);
 }
 
 /** True while `path` still names the netns we hold open (it was not deleted or replaced). */
@@ -402,7 +368,7 @@ async function teardownMasq(req: CniRequest, conf: BridgeConf, families: readonl
   }
   const results = await Promise.allSettled(tasks);
   const failed = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
-  if (failed.length > 0) throw internal(failed.map((f) => (f.reason as Error).message).join('; '));
+  if (failed.length > 0) throw internalError(failed.map((f) => (f.reason as Error).message).join('; '));
 }
 
 async function add(deps: BridgeDeps, req: CniRequest): Promise<CniResult> {
@@ -476,11 +442,11 @@ async function addIn(deps: BridgeDeps, req: CniRequest, conf: BridgeConf, ns: Ne
   const ipamP = REFUSES_DUPLICATES.has(conf.ipamType) ? ipamAdd() : hostP.then(ipamAdd);
   const gwsP = ipamP.then((ipam) => {
     if (!ipam) return null;
-    if ((ipam.ips ?? []).length === 0) throw internal('IPAM plugin returned missing IP config');
+    if ((ipam.ips ?? []).length === 0) throw internalError('IPAM plugin returned missing IP config');
     try {
       return calcGateways(ipam, conf);
     } catch (e) {
-      throw e instanceof CniError ? e : internal((e as Error).message);
+      throw e instanceof CniError ? e : internalError((e as Error).message);
     }
   });
   // The masquerade rules only need the addresses: they go in while the pod is configured.
@@ -521,7 +487,7 @@ async function addIn(deps: BridgeDeps, req: CniRequest, conf: BridgeConf, ns: Ne
   }
   if (!conf.disableContainerInterface) await waitPortUp(host.hostVeth.ifname, podLink);
   // We held the netns open throughout; if its path was deleted meanwhile, the pod is gone.
-  if (!stillMounted(ns)) throw internal(`failed to open netns "${req.netns}": the netns was deleted during ADD`);
+  if (!stillMounted(ns)) throw internalError(`failed to open netns "${req.netns}": the netns was deleted during ADD`);
 
   const interfaces: CniInterface[] = [
     { name: gw.bridge.ifname, mac: gw.bridge.address },
@@ -546,7 +512,7 @@ async function deletePodLink(ns: NetnsHandle, ifname: string): Promise<Family[]>
   if (r.code !== 0) {
     // Already gone: DEL may run any number of times.
     if (r.failedLines[0] === 1 && /does not exist|Cannot find device/.test(r.message)) return [];
-    throw internal(`failed to delete "${ifname}": ${r.message}`);
+    throw internalError(`failed to delete "${ifname}": ${r.message}`);
   }
   const link = linksOf(r.docs)[0];
   const fams = new Set<Family>();
@@ -598,7 +564,7 @@ async function del(deps: BridgeDeps, req: CniRequest): Promise<void> {
     if (failed.length > 0) {
       const first = failed[0]!.reason as unknown;
       if (failed.length === 1 && first instanceof CniError) throw first;
-      throw internal(failed.map((f) => (f.reason as Error).message).join('; '));
+      throw internalError(failed.map((f) => (f.reason as Error).message).join('; '));
     }
   } finally {
     ns?.close();
@@ -617,7 +583,7 @@ async function check(deps: BridgeDeps, req: CniRequest): Promise<void> {
     // The reference delegates CHECK even without IPAM (and so fails); a layer-2 config has nothing to check there.
     if (conf.ipamType !== '') await deps.ipam.check(req, conf.ipamType, req.stdin);
     const prev = req.config.prevResult;
-    if (!prev) throw internal('Required prevResult missing');
+    if (!prev) throw internalError('Required prevResult missing');
     const hostNames = new Set<string>([conf.bridge]);
     for (const i of prev.interfaces ?? []) if (!i.sandbox && i.name) hostNames.add(i.name);
     const [hostR, podR] = await Promise.all([
@@ -670,7 +636,7 @@ async function gc(deps: BridgeDeps, req: CniRequest): Promise<void> {
     for (const r of await Promise.allSettled(tasks)) if (r.status === 'rejected') errors.push(r.reason);
   }
   if (errors.length === 1 && errors[0] instanceof CniError) throw errors[0];
-  if (errors.length > 0) throw internal(errors.map((e) => (e as Error).message).join('; '));
+  if (errors.length > 0) throw internalError(errors.map((e) => (e as Error).message).join('; '));
 }
 
 async function status(deps: BridgeDeps, req: CniRequest): Promise<void> {

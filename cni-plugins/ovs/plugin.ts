@@ -30,10 +30,12 @@ import {
   type IpBatchResult,
   type IpLink,
   type PendingPodBatch,
+  batchFailure,
 } from '../bridge/iproute.js';
 import type { BatchLine } from '../bridge/plan.js';
 import { delegateAdd, delegateCheck, delegateDel, delegateGC, delegateStatus } from '../skel/delegate.js';
 import { CniError, ErrorCode, type CniPlugin, type CniRequest, type CniResult, type Delegates } from '../skel/types.js';
+import { internalError, netnsError, Undo, withCleanup } from '../skel/rollback.js';
 import { loadOvsConf, OVS_PLUGIN_TYPE, type OvsConf } from './config.js';
 import { buildResult, checkOvsAttachment, hostBatch, hostVethName, planAddressing, podBatch, type PodAddressing } from './plan.js';
 
@@ -66,48 +68,13 @@ export class OvsAttachError extends CniError {
   }
 }
 
-function internal(msg: string): CniError {
-  return new CniError(ErrorCode.Internal, msg);
-}
 
-function netnsError(path: string, e: unknown): CniError {
-  return internal(`failed to open netns "${path}": ${(e as Error).message}`);
-}
 
 function batchError(r: IpBatchResult, lines: readonly BatchLine[]): OvsLinkSetupError {
-  const n = r.failedLines[0] ?? 0;
-  const what = n > 0 ? lines[n - 1]?.what : undefined;
-  return new OvsLinkSetupError(what ? `${what}: ${r.message}` : r.message || `ip exited with status ${r.code}`);
+  return new OvsLinkSetupError(batchFailure(r, lines));
 }
 
-/** Undo steps of an ADD, run newest first; their failures are collected, not thrown. */
-class Undo {
-  private readonly steps: Array<{ what: string; run: () => Promise<unknown> }> = [];
 
-  push(what: string, run: () => Promise<unknown>): void {
-    this.steps.push({ what, run });
-  }
-
-  async run(): Promise<string[]> {
-    const errors: string[] = [];
-    for (const s of this.steps.reverse()) {
-      try {
-        await s.run();
-      } catch (e) {
-        errors.push(`${s.what}: ${(e as Error).message}`);
-      }
-    }
-    return errors;
-  }
-}
-
-/** The original error (its code and message stay the cause), any clean-up failure in its details. */
-function withCleanup(e: unknown, cleanup: readonly string[]): unknown {
-  if (cleanup.length === 0) return e;
-  const extra = `cleanup after the failed ADD also failed: ${cleanup.join('; ')}`;
-  if (e instanceof CniError) return new CniError(e.code, e.message, e.details ? `${e.details}; ${extra}` : extra);
-  return new CniError(ErrorCode.Internal, (e as Error).message, extra);
-}
 
 function ovsClient(deps: OvsPluginDeps, conf: OvsConf): OvsClient {
   return deps.ovs ? deps.ovs(conf.ovsRunDir) : new OvsClient({ runDir: conf.ovsRunDir });
@@ -135,14 +102,14 @@ async function plugHost(req: CniRequest, conf: OvsConf, ns: NetnsHandle, hostVet
     if (vethFailed && /File exists/.test(r.message)) {
       // The name is derived from container ID + ifname: taken means this attachment exists.
       if (hostLinkNames().has(hostVeth)) {
-        throw internal(`container ${req.containerId} interface ${req.ifname} is already attached (host interface ${hostVeth} exists)`);
+        throw internalError(`container ${req.containerId} interface ${req.ifname} is already attached (host interface ${hostVeth} exists)`);
       }
-      throw internal(`container veth name provided (${req.ifname}) already exists`);
+      throw internalError(`container veth name provided (${req.ifname}) already exists`);
     }
     throw batchError(r, b.lines);
   }
   const link = linksOf(r.docs).find((l) => l.ifname === hostVeth);
-  if (!link) throw internal(`failed to lookup "${hostVeth}": not in ip's output`);
+  if (!link) throw internalError(`failed to lookup "${hostVeth}": not in ip's output`);
   return link;
 }
 
@@ -152,7 +119,7 @@ async function configurePod(req: CniRequest, a: PodAddressing, pending: PendingP
   const r = await pending.run(lines.map((l) => l.line));
   if (r.code !== 0) throw batchError(r, lines);
   const link = linksOf(r.docs).find((l) => l.ifname === req.ifname);
-  if (!link) throw internal(`failed to retrieve link ${req.ifname}: not in ip's output`);
+  if (!link) throw internalError(`failed to retrieve link ${req.ifname}: not in ip's output`);
   return link;
 }
 
@@ -278,14 +245,14 @@ async function addIn(deps: OvsPluginDeps, req: CniRequest, conf: OvsConf, ns: Ne
   for (const s of steps) if (s.status === 'rejected') throw s.reason;
   const podLink = (steps[0] as PromiseFulfilledResult<IpLink>).value;
   // We held the netns open throughout; if its path was deleted meanwhile, the pod is gone.
-  if (!stillMounted(ns)) throw internal(`failed to open netns "${req.netns}": the netns was deleted during ADD`);
+  if (!stillMounted(ns)) throw internalError(`failed to open netns "${req.netns}": the netns was deleted during ADD`);
   return buildResult({ name: host.ifname, mac: host.address }, { name: req.ifname, mac: podLink.address, sandbox: req.netns }, a, conf.dns ?? ipam.dns);
 }
 
 /** Deletes the pod interface from inside the netns (its veth peer goes with it). */
 async function deletePodLink(ns: NetnsHandle, ifname: string): Promise<void> {
   const r = await ipBatch([`link del dev ${ifname}`], { netns: ns });
-  if (r.code !== 0 && !/does not exist|Cannot find device/.test(r.message)) throw internal(`failed to delete "${ifname}": ${r.message}`);
+  if (r.code !== 0 && !/does not exist|Cannot find device/.test(r.message)) throw internalError(`failed to delete "${ifname}": ${r.message}`);
 }
 
 /** With the pod netns gone: the host end, by its deterministic name and as OVS knows it. */
@@ -305,7 +272,7 @@ async function deleteHostVeths(ovs: OvsClient, req: CniRequest): Promise<void> {
   const real = r.message
     .split('; ')
     .filter((m) => m !== '' && !/does not exist|Cannot find device/.test(m));
-  if (r.code !== 0 && real.length > 0) throw internal(`failed to delete ${[...names].join(', ')}: ${real.join('; ')}`);
+  if (r.code !== 0 && real.length > 0) throw internalError(`failed to delete ${[...names].join(', ')}: ${real.join('; ')}`);
 }
 
 async function del(deps: OvsPluginDeps, req: CniRequest): Promise<void> {
@@ -331,7 +298,7 @@ async function del(deps: OvsPluginDeps, req: CniRequest): Promise<void> {
     ]);
     const failed = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed.length === 1 && failed[0]!.reason instanceof CniError) throw failed[0]!.reason;
-    if (failed.length > 0) throw internal(failed.map((f) => (f.reason as Error).message).join('; '));
+    if (failed.length > 0) throw internalError(failed.map((f) => (f.reason as Error).message).join('; '));
   } finally {
     ns?.close();
   }
@@ -348,7 +315,7 @@ async function check(deps: OvsPluginDeps, req: CniRequest): Promise<void> {
   try {
     await deps.ipam.check(req, conf.ipamType, req.stdin);
     const prev = req.config.prevResult;
-    if (!prev) throw internal('Required prevResult missing');
+    if (!prev) throw internalError('Required prevResult missing');
     const ovs = ovsClient(deps, conf);
     const [ports, podR] = await Promise.all([
       listPodInterfaces(ovs, conf.bridge).catch((e: unknown): PodInterface[] => {
