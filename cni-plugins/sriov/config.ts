@@ -21,9 +21,23 @@ const LOAD = 'SRIOV-CNI failed to load netconf: LoadConf():';
 
 export type OnOff = 'on' | 'off';
 
+/** Offload-mode defaults: the ovs backend's bridge and Open vSwitch's own run directory. */
+export const DEFAULT_OFFLOAD_BRIDGE = 'br-int';
+export const DEFAULT_OFFLOAD_OVS_RUNDIR = '/var/run/openvswitch';
+
+export type OffloadDatapathType = 'system' | 'netdev';
+
+/**
+ * The `ovs` key. ovsRunDir and datapathType are present only when configured (consumers apply
+ * the defaults above), so a config that names only the bridge reads back as `{bridge}`.
+ */
 export interface OvsOffloadConf {
-  /** The OVS bridge the VF representor joins (e.g. "br-int"). */
+  /** The OVS bridge the VF representor joins (default "br-int"). */
   readonly bridge: string;
+  /** Where Open vSwitch keeps db.sock and <bridge>.mgmt (default /var/run/openvswitch). */
+  readonly ovsRunDir?: string;
+  /** netdev (userspace datapath): `arp off` on the representor, TX checksum offload off on the VF (default system). */
+  readonly datapathType?: OffloadDatapathType;
 }
 
 export interface SriovConf {
@@ -141,11 +155,26 @@ function absPath(key: string, v: string): string {
 function loadOvs(c: Obj): OvsOffloadConf | null {
   const o = obj(c, 'ovs');
   if (o === undefined) return null;
-  const bridge = str(o, 'bridge', 'ovs.bridge');
-  if (bridge === undefined || !isValidIfName(bridge)) {
+  const bridge = str(o, 'bridge', 'ovs.bridge') ?? DEFAULT_OFFLOAD_BRIDGE;
+  if (!isValidIfName(bridge)) {
     throw new SriovConfigError(`invalid "ovs" config: "bridge" must be an interface name, got ${JSON.stringify(o.bridge ?? null)}`);
   }
-  return { bridge };
+  const out: { bridge: string; ovsRunDir?: string; datapathType?: OffloadDatapathType } = { bridge };
+  const runDir = str(o, 'ovsRunDir', 'ovs.ovsRunDir');
+  if (runDir !== undefined && runDir !== '') {
+    if (!isAbsolute(runDir) || runDir.includes('\0')) {
+      throw new SriovConfigError(`invalid "ovs" config: "ovsRunDir" must be an absolute path, got ${JSON.stringify(runDir)}`);
+    }
+    out.ovsRunDir = runDir.length > 1 ? runDir.replace(/\/+$/, '') : runDir;
+  }
+  const dp = str(o, 'datapathType', 'ovs.datapathType');
+  if (dp !== undefined && dp !== '') {
+    if (dp !== 'system' && dp !== 'netdev') {
+      throw new SriovConfigError(`invalid "ovs" config: "datapathType" must be "system" or "netdev", got ${JSON.stringify(dp)}`);
+    }
+    out.datapathType = dp;
+  }
+  return out;
 }
 
 /** The VF PCI address: runtimeConfig.deviceID (the CNI `deviceID` capability) wins over the key. */

@@ -1,9 +1,21 @@
-// Entry point of the `sriov` bundle. host-local is registered so that, when CNI_PATH leads to
-// weft's own host-local bundle, the IPAM delegation runs in this process (no second Node start).
+// Entry point of the `sriov` bundle: the PF's VF settings through iproute2, representors found
+// through devlink then sysfs, and the OVS hardware-offload step (an `ovs` key in the config turns
+// it on). host-local is registered so that, when CNI_PATH leads to weft's own host-local bundle,
+// the IPAM delegation runs in this process (no second Node start).
 import { hostLocalPlugin } from '../host-local/plugin.js';
-import { registerInProcess } from '../skel/delegate.js';
+import { delegateAdd, delegateCheck, delegateDel, delegateGC, delegateStatus, registerInProcess } from '../skel/delegate.js';
 import { runPlugin } from '../skel/run.js';
-import { sriovPlugin } from './plugin.js';
+import { devlinkPortLookup } from './devlink.js';
+import { ovsOffload } from './offload.js';
+import { createSriovPlugin } from './plugin.js';
+import { IpPfVfControl } from './vfcontrol.js';
 
 registerInProcess(hostLocalPlugin);
-await runPlugin(sriovPlugin);
+await runPlugin(
+  createSriovPlugin({
+    ipam: { add: delegateAdd, del: delegateDel, check: delegateCheck, gc: delegateGC, status: delegateStatus },
+    vf: new IpPfVfControl(),
+    devlink: devlinkPortLookup,
+    offload: ovsOffload,
+  }),
+);

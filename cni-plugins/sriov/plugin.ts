@@ -1,12 +1,13 @@
 // The sriov plugin: a Virtual Function instead of a veth, as k8snetworkplumbingwg/sriov-cni does
-// it (same config keys, state files, messages), in two modes today and a third to come:
+// it (same config keys, state files, messages), in three modes:
 //
 //   plain    the VF netdev moves into the pod (through a temporary netns), renamed to CNI_IFNAME;
 //            its MAC, VLAN, spoof check, trust, link state and rates are set through the PF.
 //   DPDK     the VF is bound to vfio-pci / uio_pci_generic / igb_uio (no netdev): PF settings
 //            and IPAM only, nothing moves.
-//   offload  (`ovs: {bridge}`) as plain, plus the VF representor on the OVS bridge. The step is
-//            a hook (SriovDeps.offload, see OffloadHooks); without it ADD refuses the key.
+//   offload  (`ovs: {bridge, ovsRunDir, datapathType}`) as plain, plus the VF representor on the
+//            OVS bridge with the pod's flows. The step is a hook (SriovDeps.offload, OffloadHooks;
+//            the real one is offload.ts, wired in main.ts); without one, ADD refuses the key.
 //
 // ADD   config → locate the VF in sysfs → lock <dataDir>/pci/vf_lock/<vf>.lock → refuse a VF
 //       allocated to a live netns → read the VF through the PF → apply the settings → move the
@@ -23,9 +24,9 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { VfChange, VfConfig } from '../../src/netlink/vf.js';
 import { ipBatch, linksOf, NetnsHandle, NetnsInvalidError, NetnsNotFoundError } from '../bridge/iproute.js';
-import { delegateAdd, delegateCheck, delegateDel, delegateGC, delegateStatus } from '../skel/delegate.js';
 import { withFileLock } from '../skel/lock.js';
 import { CniError, ErrorCode, type CniIPConfig, type CniInterface, type CniPlugin, type CniRequest, type CniResult, type Delegates, type NetConf } from '../skel/types.js';
+import { Undo, withCleanup } from '../skel/rollback.js';
 import { DATA_DIR_ENV, DEFAULT_DATA_DIR, DEFAULT_SYSFS_ROOT, loadSriovConf, SYSFS_ENV, type OvsOffloadConf, type SriovConf } from './config.js';
 import {
   announce,
@@ -59,8 +60,7 @@ import {
   type SriovState,
 } from './state.js';
 import { discoverRepresentor, Sysfs, SriovDiscoveryError, type DevlinkPortLookup, type OffloadPorts } from './sysfs.js';
-import { IpPfVfControl, PfReadError, VfChangeError, type PfVfControl } from './vfcontrol.js';
-import { devlinkPortLookup } from './devlink.js';
+import { PfReadError, VfChangeError, type PfVfControl } from './vfcontrol.js';
 
 /** sriov-cni waits up to 60 s for another ADD/DEL of the same VF. */
 const LOCK_TIMEOUT_S = 60;
@@ -100,8 +100,9 @@ export interface OffloadDetachContext {
 
 /**
  * The OVS hardware-offload step (representor renamed and attached to the bridge, pod flows).
- * attach() runs after the VF is in the pod and IPAM is done; if anything after it fails, or on
- * DEL, detach() undoes it (it must tolerate a half-done attach and repeated calls).
+ * attach() runs after the VF is in the pod and IPAM is done; an attach() that throws has undone
+ * its own steps. If anything after it fails, or on DEL, detach() undoes it; detach() must
+ * tolerate repeated calls and a missing state (null: find what it can from the request).
  */
 export interface OffloadHooks {
   attach(ctx: OffloadAttachContext): Promise<OffloadAttachment>;
@@ -133,33 +134,7 @@ export class OffloadUnavailableError extends CniError {
   }
 }
 
-/** Undo actions of an ADD, run newest first; their failures are collected, not thrown. */
-class Undo {
-  private readonly steps: Array<{ what: string; run: () => Promise<void> }> = [];
 
-  push(what: string, run: () => Promise<void>): void {
-    this.steps.push({ what, run });
-  }
-
-  async run(): Promise<string[]> {
-    const errors: string[] = [];
-    for (const s of this.steps.reverse()) {
-      try {
-        await s.run();
-      } catch (e) {
-        errors.push(`${s.what}: ${(e as Error).message}`);
-      }
-    }
-    return errors;
-  }
-}
-
-function withCleanup(e: unknown, cleanup: readonly string[]): unknown {
-  if (cleanup.length === 0) return e;
-  const extra = `cleanup after the failed ADD also failed: ${cleanup.join('; ')}`;
-  if (e instanceof CniError) return new CniError(e.code, e.message, e.details ? `${e.details}; ${extra}` : extra);
-  return new CniError(ErrorCode.Internal, (e as Error).message, extra);
-}
 
 function openNetns(path: string): NetnsHandle {
   try {
@@ -404,14 +379,8 @@ async function runOffloadAttach(
 ): Promise<Record<string, unknown> | null> {
   if (!conf.ovs || !ports || !deps.offload) return null;
   const hooks = deps.offload;
-  let att: OffloadAttachment;
-  try {
-    att = await hooks.attach({ req, conf, ovs: conf.ovs, ports, podInterface, ips: ips.map((i) => ({ ...i })) });
-  } catch (e) {
-    // A half-done attach: detach() without state cleans what it can find.
-    undo.push('offload detach', () => hooks.detach({ req, deviceID: conf.deviceID, state: null }));
-    throw e;
-  }
+  // A failing attach() has undone its own steps (OffloadHooks), so nothing to push before it.
+  const att = await hooks.attach({ req, conf, ovs: conf.ovs, ports, podInterface, ips: ips.map((i) => ({ ...i })) });
   undo.push('offload detach', () => hooks.detach({ req, deviceID: conf.deviceID, state: att.state }));
   result.interfaces = [att.hostInterface, ...(result.interfaces ?? [])];
   for (const ip of result.ips ?? []) ip.interface = 1;
@@ -657,10 +626,3 @@ export function createSriovPlugin(deps: SriovDeps): CniPlugin {
     status: (req) => status(deps, req),
   };
 }
-
-export const sriovPlugin: CniPlugin = createSriovPlugin({
-  ipam: { add: delegateAdd, del: delegateDel, check: delegateCheck, gc: delegateGC, status: delegateStatus },
-  vf: new IpPfVfControl(),
-  devlink: devlinkPortLookup,
-});
-

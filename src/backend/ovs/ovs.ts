@@ -129,11 +129,17 @@ export class OvsBackend implements Backend {
     });
   }
 
-  async apply(_batch: unknown, peers: readonly Lease[]): Promise<void> {
-    await this.reconcile(peers);
+  /** Lease events: the table changes because the peers did. */
+  apply(_batch: unknown, peers: readonly Lease[]): Promise<void> {
+    return this.pass(peers, 'apply');
   }
 
+  /** The timer: any difference now is drift. */
   reconcile(peers: readonly Lease[]): Promise<void> {
+    return this.pass(peers, 'reconcile');
+  }
+
+  private pass(peers: readonly Lease[], why: 'apply' | 'reconcile'): Promise<void> {
     return this.serial.run(async () => {
       if (!this.lease) return;
       let deviceRepairs = 0;
@@ -142,7 +148,7 @@ export class OvsBackend implements Backend {
       this.ports = ports;
       if (await this.ensureGateway()) deviceRepairs++;
       const wanted = this.peerNodes(peers);
-      const flowRepairs = await this.withFlowLock(() => this.programFlows(wanted));
+      const flowRepairs = await this.withFlowLock(() => this.programFlows(wanted, why));
       const routes = await this.programRoutes(wanted);
       const repairs: Repairs = {
         added: flowRepairs.added + routes.added,
@@ -174,7 +180,7 @@ export class OvsBackend implements Backend {
   }
 
   /** Makes the flow table the desired set; returns what differed. */
-  private async programFlows(peers: readonly PeerNode[]): Promise<Repairs> {
+  private async programFlows(peers: readonly PeerNode[], why: 'apply' | 'reconcile'): Promise<Repairs> {
     const { bridge } = this.opts;
     const pods = await listPodInterfaces(this.ovs, bridge);
     const flows = desiredFlows(this.round, this.nodePorts(), pods, peers);
@@ -192,10 +198,9 @@ export class OvsBackend implements Backend {
     }
     if (diff.length === 0) return repairs;
     const empty = repairs.removed === 0 && repairs.changed === 0 && repairs.added === flows.length;
-    this.ctx.logger.warn(empty ? 'ovs: flow table is empty (ovs-vswitchd restarted?); replaying it' : 'ovs: flow table differs from the desired set; rewriting it', {
-      bridge,
-      ...repairs,
-    });
+    if (empty) this.ctx.logger.warn('ovs: flow table is empty (ovs-vswitchd restarted?); replaying it', { bridge, flows: flows.length });
+    else if (why === 'reconcile') this.ctx.logger.warn('ovs: flow table drifted from the desired set; rewriting it', { bridge, ...repairs });
+    else this.ctx.logger.debug('ovs: programming peer changes', { bridge, ...repairs });
     await this.ovs.replaceFlows(bridge, text);
     if (await clearFlowRestoreWait(this.ovs)) this.ctx.logger.info('ovs: flows restored; cleared flow-restore-wait');
     return repairs;

@@ -70,7 +70,7 @@ export function detachPodPort(ovs: OvsClient, bridge: string, pod: { containerId
     const rows = await findPodInterfaces(ovs, pod);
     for (const { name, ofport } of rows) {
       if (ofport > 0) await ovs.delFlowsByCookie(bridge, cookieOf(0, Category.Pod, ofport), OBJECT_MASK);
-      await ovs.vsctl(['--if-exists', 'del-port', bridge, name]);
+      await ovs.vsctl(['--if-exists', 'del-port', name]); // whichever bridge it is on
     }
     return rows.length > 0;
   });
