@@ -5,22 +5,29 @@
 // "internet" namespace through masquerade. Everything lives in `weftdemo-*` namespaces and under
 // /run/weft-demo, and is removed at the end (also on failure and Ctrl-C) unless --keep.
 //
-//   node --import=tsx demo/demo.ts [--backend vxlan|host-gw] [--keep] [--cni-source DIR]
+// With `--backend ovs` every node also runs its own Open vSwitch (userspace datapath, started and
+// stopped by the demo, see ovs.ts), its eth0 on the OVS bridge br-phy, and the pods join br-int
+// through weft-ovs (flannel delegates to it when subnet.env says WEFT_BACKEND=ovs).
+//
+//   node --import=tsx demo/demo.ts [--backend vxlan|host-gw|ovs] [--keep] [--cni-source DIR]
 //   node --import=tsx demo/demo.ts --clean        removes a demo kept with --keep
 //
 // Exit status: 0 when every check passed, 1 when a step or check failed (the step and the reason
 // are printed), 2 for bad arguments, 130/143 when interrupted.
 import { accessSync, constants, existsSync } from 'node:fs';
-import { mkdir, readFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { CNI_PLUGIN_NAMES } from '../src/cli/install-cni.js';
 import { waitFor, WaitAbort } from '../test/helpers/wait.js';
 import { connect, failedPairs, FAIL, OK, reachability, readiness, renderMatrix, startServer } from './checks.js';
+import { moveUnderlayToBrPhy, OVS_BACKEND, OVS_PROGRAMS, OVS_SCHEMA, ovsEnv, ovsPaths, ovsVersion, startOvs, UNDERLAY_BRIDGE } from './ovs.js';
 import { addPod, writeConflist, type Attached, type Pod } from './runtime.js';
 import {
   addNetns,
   alive,
+  type RemoveReport,
   childPath,
   demoNamespaces,
   nsRun,
@@ -48,7 +55,7 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const WEFTD = join(ROOT, 'bin', 'weftd');
 const WEFT = join(ROOT, 'bin', 'weft');
 const DEFAULT_CNI_SOURCE = join(ROOT, 'dist', 'cni', 'bin');
-const BACKENDS = ['vxlan', 'host-gw'] as const;
+const BACKENDS = ['vxlan', 'host-gw', 'ovs'] as const;
 type BackendType = (typeof BACKENDS)[number];
 const NODE_COUNT = 3;
 const HEALTHZ_PORT = 8081;
@@ -60,7 +67,8 @@ const PROGRAMS = ['ip', 'etcd', 'etcdctl', 'iptables', 'ping', 'sysctl'];
 const USAGE = `usage: node --import=tsx demo/demo.ts [--backend ${BACKENDS.join('|')}] [--keep] [--cni-source DIR]
        node --import=tsx demo/demo.ts --clean
 
-  --backend     weftd backend for the network config (default vxlan)
+  --backend     weftd backend for the network config (default vxlan); ovs also runs a private
+                Open vSwitch (userspace datapath) on every node
   --keep        leave the demo running (namespaces ${NS_PREFIX}*, state in ${STATE_DIR}); remove it with --clean
   --clean       remove a kept demo and exit
   --cni-source  where the CNI plugin bundles are (default dist/cni/bin, made by \`npm run build\`)
@@ -216,10 +224,13 @@ function parseEnvFile(text: string): Map<string, string> {
 
 async function preflight(opts: Options, say: (l: string) => void): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('run as root: the demo creates network namespaces');
-  const missing = PROGRAMS.filter((p) => which(p) === null);
+  const ovs = opts.backend === 'ovs';
+  const missing = [...PROGRAMS, ...(ovs ? OVS_PROGRAMS : [])].filter((p) => which(p) === null);
   if (missing.length > 0) throw new Error(`missing programs: ${missing.join(', ')} (\`make deps\` installs them)`);
+  if (ovs && !existsSync(OVS_SCHEMA)) throw new Error(`${OVS_SCHEMA} is missing (\`make deps\` installs openvswitch-switch)`);
   for (const bin of [WEFTD, WEFT]) if (!isExecutable(bin)) throw new Error(`${bin} is missing or not executable`);
-  const bundles = ['flannel', 'bridge', 'host-local', 'portmap'].filter((p) => !existsSync(join(opts.cniSource, p)));
+  // Every bundle `weft install-cni` copies (weft-ovs among them), so a stale build fails here.
+  const bundles = CNI_PLUGIN_NAMES.filter((p) => !existsSync(join(opts.cniSource, p)));
   if (bundles.length > 0) throw new Error(`${opts.cniSource} lacks the CNI bundles ${bundles.join(', ')}: run \`npm run build\` first`);
   const left = await demoNamespaces();
   if (left.length > 0 || existsSync(STATE_DIR)) {
@@ -228,24 +239,27 @@ async function preflight(opts: Options, say: (l: string) => void): Promise<void>
   }
   const etcd = (await run('etcd', ['--version'])).split('\n')[0] ?? '';
   const iptables = (await run('iptables', ['--version'])).trim();
-  say(`node ${process.version}, ${etcd.trim()}, ${iptables}`);
+  say(`node ${process.version}, ${etcd.trim()}, ${iptables}${ovs ? `, ${await ovsVersion()}` : ''}`);
   say(`weft from ${existsSync(join(ROOT, 'dist', 'src', 'cli', 'weftd.js')) && !process.env.WEFT_FROM_SOURCE ? 'dist/ (npm run build)' : 'source (tsx)'}, CNI bundles from ${opts.cniSource}`);
 }
 
-async function startWeftd(node: Node, peers: number): Promise<{ pid: number; subnet: string }> {
+async function startWeftd(node: Node, peers: number, backend: BackendType): Promise<{ pid: number; subnet: string }> {
   const log = join(node.dir, 'weftd.log');
+  const ovs = backend === 'ovs';
   const pid = spawnInNs(
     node.ns,
     [
       WEFTD,
       '--etcd-endpoints', ETCD_ENDPOINT,
-      '--iface', 'eth0',
+      // ovs: the address lives on br-phy, where userspace tunnelling sends from.
+      '--iface', ovs ? UNDERLAY_BRIDGE : 'eth0',
       '--ip-masq',
       '--subnet-file', node.subnetFile,
       '--healthz-ip', '127.0.0.1',
       '--healthz-port', String(HEALTHZ_PORT),
     ],
     log,
+    ovs ? ovsEnv(ovsPaths(node)) : {},
   );
   const dead = async () => new WaitAbort(`weftd on ${node.name} exited; last lines of ${log}:\n${await tail(log)}`);
   await waitFor(
@@ -287,7 +301,8 @@ function podsOf(node: Node): Pod[] {
 
 async function demo(opts: Options, progress: Progress, onOwned: () => void): Promise<void> {
   const cluster = nodes(NODE_COUNT);
-  const config = { Network: NETWORK, Backend: { Type: opts.backend } };
+  const ovs = opts.backend === 'ovs';
+  const config = { Network: NETWORK, Backend: ovs ? OVS_BACKEND : { Type: opts.backend } };
 
   await progress.setup('preflight: root, programs, CNI bundles, no earlier demo', (say) => preflight(opts, say));
   onOwned();
@@ -305,6 +320,21 @@ async function demo(opts: Options, progress: Progress, onOwned: () => void): Pro
     say(`${INTERNET_NS}: ${INTERNET_IP}/24, a TCP server on :${INTERNET_PORT} that answers with the source address it sees;`);
     say(`  it routes back to the node LAN only, never to ${NETWORK}`);
   });
+
+  if (ovs) {
+    await progress.setup(`Open vSwitch on ${cluster.map((n) => n.name).join(', ')}: ovsdb-server + ovs-vswitchd (netdev datapath), eth0 onto ${UNDERLAY_BRIDGE}`, async (say) => {
+      const started = await Promise.all(cluster.map(async (n) => {
+        const o = await startOvs(n);
+        await moveUnderlayToBrPhy(o);
+        return o;
+      }));
+      for (const o of started) {
+        say(`${o.node.name}: ovsdb-server pid ${o.ovsdbServer}, ovs-vswitchd pid ${o.vswitchd}, OVS_RUNDIR=${o.paths.runDir}`);
+      }
+      say(`each node: eth0 is a port of ${UNDERLAY_BRIDGE} (datapath_type=netdev), its address and default route moved to ${UNDERLAY_BRIDGE};`);
+      say(`  TX checksum offload off on the underlay end of its veth (OVS reads eth0 with AF_PACKET)`);
+    });
+  }
 
   await progress.setup('etcd in the underlay namespace, network config written', async (say) => {
     const log = join(STATE_DIR, 'etcd.log');
@@ -330,7 +360,7 @@ async function demo(opts: Options, progress: Progress, onOwned: () => void): Pro
   });
 
   await progress.setup(`weftd on ${cluster.map((n) => n.name).join(', ')} (${opts.backend}, --ip-masq), each with ${NODE_COUNT - 1} peers programmed`, async (say) => {
-    const started = await Promise.all(cluster.map((n) => startWeftd(n, NODE_COUNT - 1)));
+    const started = await Promise.all(cluster.map((n) => startWeftd(n, NODE_COUNT - 1, opts.backend)));
     cluster.forEach((n, i) => say(`${n.name}: pid ${started[i]!.pid}, subnet ${started[i]!.subnet}, log ${join(n.dir, 'weftd.log')}`));
   });
 
@@ -350,7 +380,8 @@ async function demo(opts: Options, progress: Progress, onOwned: () => void): Pro
       await run(WEFT, ['install-cni', '--dest', n.cniBinDir, '--source', opts.cniSource]);
       await writeConflist(n);
     }));
-    say(`${cluster.map((n) => n.cniBinDir).join(', ')}: bridge flannel host-local portmap`);
+    say(`${cluster.map((n) => n.cniBinDir).join(', ')}: ${(await readdir(cluster[0]!.cniBinDir)).sort().join(' ')}`);
+    if (ovs) say(`subnet.env says WEFT_BACKEND=ovs: flannel delegates to weft-ovs, which puts each pod on br-int`);
     say(`${cluster[0]!.conflistFile}:`);
     say((await readFile(cluster[0]!.conflistFile, 'utf8')).trimEnd().replace(/^/gm, '  '));
   });
@@ -421,12 +452,23 @@ async function demo(opts: Options, progress: Progress, onOwned: () => void): Pro
   });
 }
 
+/** "n1: ovsdb-server 1234, ovs-vswitchd 1240; n2: …" from the labels "<daemon>@<node>", in start order. */
+function daemonList(r: RemoveReport): string {
+  const byNode = new Map<string, string[]>();
+  for (const d of r.daemons) {
+    const [name, node = '?'] = d.label.split('@');
+    byNode.set(node, [...(byNode.get(node) ?? []), `${name} ${d.pid}`]);
+  }
+  return [...byNode].sort(([a], [b]) => a.localeCompare(b)).map(([node, ds]) => `${node}: ${ds.join(', ')}`).join('; ');
+}
+
 async function clean(): Promise<number> {
   const r = await removeDemo();
-  if (r.namespaces.length === 0 && !r.stateDir && r.pids.length === 0) {
+  if (r.namespaces.length === 0 && !r.stateDir && r.pids.length === 0 && r.daemons.length === 0) {
     out('no demo to remove\n');
   } else {
     out(`removed ${r.namespaces.length} namespaces, stopped ${r.pids.length} processes${r.stateDir ? `, removed ${STATE_DIR}` : ''}\n`);
+    if (r.daemons.length > 0) out(`Open vSwitch went last: ${daemonList(r)}\n`);
   }
   return 0;
 }
@@ -452,7 +494,7 @@ async function main(argv: string[]): Promise<number> {
   }
 
   const t0 = Date.now();
-  const progress = new Progress(12);
+  const progress = new Progress(opts.backend === 'ovs' ? 13 : 12);
   let owned = false;
   let leaving = false;
   const finish = async (say: (line: string) => void): Promise<void> => {
@@ -460,11 +502,16 @@ async function main(argv: string[]): Promise<number> {
       say(`namespaces: ${(await demoNamespaces()).join(' ')}`);
       say(`state, logs, CNI bin dirs and conflists: ${STATE_DIR}`);
       say(`try: ip netns exec ${NS_PREFIX}n1-a ping -c1 <a pod IP above>; remove it all with \`make demo-clean\``);
+      if (opts.backend === 'ovs') {
+        const run1 = ovsPaths(nodes(1)[0]!).runDir;
+        say(`     OVS_RUNDIR=${run1} ovs-ofctl -O OpenFlow15 dump-flows br-int; ovs-vsctl --db=unix:${run1}/db.sock show`);
+      }
       return;
     }
     refuseNewProcesses();
     const r = await removeDemo();
     say(`stopped ${r.pids.length} processes, deleted ${r.namespaces.length} namespaces, removed ${STATE_DIR}`);
+    if (r.daemons.length > 0) say(`Open vSwitch went last, after the weftd using it: ${daemonList(r)}`);
   };
   const onSignal = (sig: NodeJS.Signals): void => {
     if (leaving) return;
@@ -488,7 +535,10 @@ async function main(argv: string[]): Promise<number> {
   if (leaving) return new Promise(() => {});
   leaving = true;
   if (owned) {
-    await progress.setup(opts.keep ? 'keeping the demo (--keep)' : 'removing the demo: processes (by PID), namespaces, state', finish).catch(
+    const removing = opts.backend === 'ovs'
+      ? 'removing the demo: processes, then Open vSwitch (by PID), namespaces, state'
+      : 'removing the demo: processes (by PID), namespaces, state';
+    await progress.setup(opts.keep ? 'keeping the demo (--keep)' : removing, finish).catch(
       (e: Error) => out(`cleanup failed: ${e.message}; run \`make demo-clean\`\n`),
     );
   }

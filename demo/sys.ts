@@ -4,9 +4,9 @@
 // remove a demo kept by an earlier run.
 import { spawn } from 'node:child_process';
 import { runCommand } from '../src/util/exec.js';
-import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
+import { appendFileSync, closeSync, existsSync, openSync, readFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 
 /** Every namespace of the demo starts with this; nothing else on the machine should. */
 export const NS_PREFIX = 'weftdemo-';
@@ -91,6 +91,54 @@ export function spawnInNs(ns: string, argv: readonly string[], logFile: string, 
   }
 }
 
+/**
+ * Daemons other demo processes depend on (Open vSwitch under weftd), one `<pid> <start time>
+ * <label>` line each: removeDemo stops them after everything else, also from `--clean` in a
+ * later process. The start time keeps a recycled PID from being signalled.
+ */
+const DAEMONS_FILE = join(STATE_DIR, 'daemons');
+
+/** The kernel start time of `pid` (field 22 of /proc/<pid>/stat), or null when it is gone. */
+function startTime(pid: number): string | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** Records a daemon started with spawnInNs as one to stop last (see DAEMONS_FILE). */
+export function recordDaemon(pid: number, label: string): void {
+  const t = startTime(pid);
+  if (t === null) return; // already gone: nothing to stop
+  appendFileSync(DAEMONS_FILE, `${pid} ${t} ${label.replace(/\s+/g, '_')}\n`);
+}
+
+export interface RecordedDaemon {
+  readonly pid: number;
+  /** "ovs-vswitchd@n1" */
+  readonly label: string;
+}
+
+/** The recorded daemons that still run as the process that was recorded. */
+function recordedDaemons(): RecordedDaemon[] {
+  let text: string;
+  try {
+    text = readFileSync(DAEMONS_FILE, 'utf8');
+  } catch {
+    return [];
+  }
+  const out: RecordedDaemon[] = [];
+  for (const line of text.split('\n')) {
+    const [pid, t, label] = line.split(' ');
+    const n = Number(pid);
+    if (!Number.isInteger(n) || n <= 0 || label === undefined) continue;
+    if (startTime(n) === t && alive(n)) out.push({ pid: n, label });
+  }
+  return out;
+}
+
 /** Whether `pid` is alive (and not a zombie waiting to be reaped). */
 export function alive(pid: number): boolean {
   try {
@@ -132,25 +180,33 @@ async function pidsIn(ns: string): Promise<number[]> {
 
 export interface RemoveReport {
   readonly namespaces: string[];
+  /** Every process stopped, the recorded daemons included. */
   readonly pids: number[];
+  /** The recorded daemons, stopped after the other processes. */
+  readonly daemons: RecordedDaemon[];
   readonly stateDir: boolean;
 }
 
 /**
  * Removes a demo: stops every process inside a `weftdemo-` namespace (by PID; those are the
- * daemons, etcd and the test servers the demo started there), deletes the namespaces (their
- * links, addresses, routes and netfilter rules go with them) and the state directory.
+ * daemons, etcd and the test servers the demo started there), then the recorded daemons they
+ * used (Open vSwitch: a weftd that outlived it would log errors while it stops), deletes the
+ * namespaces (their links, addresses, routes and netfilter rules go with them) and the state
+ * directory.
  */
 export async function removeDemo(): Promise<RemoveReport> {
   const namespaces = await demoNamespaces();
+  const daemons = recordedDaemons();
+  const last = new Set(daemons.map((d) => d.pid));
   // `ip netns exec` keeps its PID when it execs the program, so a PID started a moment ago is
   // stopped even if it has not entered its namespace yet.
-  const pids = [...new Set([...started, ...(await Promise.all(namespaces.map(pidsIn))).flat()])];
-  await stopPids(pids);
+  const first = [...new Set([...started, ...(await Promise.all(namespaces.map(pidsIn))).flat()])].filter((p) => !last.has(p));
+  await stopPids(first);
+  await stopPids([...last]);
   for (const ns of namespaces) await run('ip', ['netns', 'del', ns]).catch(() => undefined);
   const stateDir = existsSync(STATE_DIR);
   await rm(STATE_DIR, { recursive: true, force: true });
-  return { namespaces, pids, stateDir };
+  return { namespaces, pids: [...first, ...last], daemons, stateDir };
 }
 
 /** Runs `fn` over the items with at most `limit` in flight, results in input order. */
