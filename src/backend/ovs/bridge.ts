@@ -92,8 +92,11 @@ function mapOf(v: OvsdbValue | undefined): Map<string, string> {
 
 /** The bridge's pod ports: interfaces with weft's external_ids and an ofport. Malformed rows are skipped. */
 export async function listPodInterfaces(ovs: OvsClient, bridge: string): Promise<PodInterface[]> {
-  const ports = new Set((await ovs.vsctl(['list-ports', bridge])).split('\n').map((l) => l.trim()).filter(Boolean));
-  const out = await ovs.vsctl(['--format=json', '--columns=name,ofport,external_ids', 'list', 'interface']);
+  const [portList, out] = await Promise.all([
+    ovs.vsctl(['list-ports', bridge]),
+    ovs.vsctl(['--format=json', '--columns=name,ofport,external_ids', 'list', 'interface']),
+  ]);
+  const ports = new Set(portList.split('\n').map((l) => l.trim()).filter(Boolean));
   const table = JSON.parse(out) as { data: OvsdbValue[][] };
   const pods: PodInterface[] = [];
   for (const [name, ofport, ids] of table.data) {

@@ -143,10 +143,14 @@ export class OvsBackend implements Backend {
     return this.serial.run(async () => {
       if (!this.lease) return;
       let deviceRepairs = 0;
-      const ports = await ensureBridge(this.ovs, this.bridgeSpec());
-      if (this.ports && (ports.tunnel !== this.ports.tunnel || ports.gateway !== this.ports.gateway)) deviceRepairs++;
-      this.ports = ports;
-      if (await this.ensureGateway()) deviceRepairs++;
+      // Lease events change flows and routes only; the bridge, its ports and the gateway are
+      // checked by the timer (and by the first pass, which converges everything).
+      if (why === 'reconcile' || !this.converged) {
+        const ports = await ensureBridge(this.ovs, this.bridgeSpec());
+        if (this.ports && (ports.tunnel !== this.ports.tunnel || ports.gateway !== this.ports.gateway)) deviceRepairs++;
+        this.ports = ports;
+        if (await this.ensureGateway()) deviceRepairs++;
+      }
       const wanted = this.peerNodes(peers);
       const flowRepairs = await this.withFlowLock(() => this.programFlows(wanted, why));
       const routes = await this.programRoutes(wanted);
@@ -185,6 +189,11 @@ export class OvsBackend implements Backend {
     const pods = await listPodInterfaces(this.ovs, bridge);
     const flows = desiredFlows(this.round, this.nodePorts(), pods, peers);
     const text = renderFlows(flows);
+    if (why === 'apply' && this.converged) {
+      // replace-flows sends only the difference itself; comparing first would double the work.
+      await this.ovs.replaceFlows(bridge, text);
+      return { added: 0, changed: 0, removed: 0 };
+    }
     const diff = await this.ovs.diffFlows(bridge, text);
     const repairs = countDiff(diff);
     if (!this.converged) {
@@ -199,8 +208,7 @@ export class OvsBackend implements Backend {
     if (diff.length === 0) return repairs;
     const empty = repairs.removed === 0 && repairs.changed === 0 && repairs.added === flows.length;
     if (empty) this.ctx.logger.warn('ovs: flow table is empty (ovs-vswitchd restarted?); replaying it', { bridge, flows: flows.length });
-    else if (why === 'reconcile') this.ctx.logger.warn('ovs: flow table drifted from the desired set; rewriting it', { bridge, ...repairs });
-    else this.ctx.logger.debug('ovs: programming peer changes', { bridge, ...repairs });
+    else this.ctx.logger.warn('ovs: flow table drifted from the desired set; rewriting it', { bridge, ...repairs });
     await this.ovs.replaceFlows(bridge, text);
     if (await clearFlowRestoreWait(this.ovs)) this.ctx.logger.info('ovs: flows restored; cleared flow-restore-wait');
     return repairs;
