@@ -4,6 +4,8 @@ import { exitCodeOf, parsePacket, TraceArgumentError } from '../../src/cli/trace
 import { renderTrace } from '../../src/cli/trace/render.js';
 import type { Hop, HopKind, RouteLookup, TraceFacts, TraceReport } from '../../src/cli/trace/types.js';
 import { chainLines, jumpSpec } from '../../src/ipmasq/iptables.js';
+import { defaultAgentConfig } from '../../src/ipmasq/agent-config.js';
+import { agentRules, LINK_LOCAL, type AgentMasq } from '../../src/ipmasq/agent-rules.js';
 import { forwardRules, masqRules } from '../../src/ipmasq/model.js';
 import { ruleExpr } from '../../src/ipmasq/nftables.js';
 import { NUD, type FdbEntry, type LinkInfo, type NeighEntry } from '../../src/netlink/index.js';
@@ -79,7 +81,7 @@ function facts(over: Partial<TraceFacts> = {}): TraceFacts {
   return {
     packet: parsePacket('10.5.1.2', '10.5.2.3', 'icmp', null),
     subnetFile: '/run/flannel/subnet.env',
-    env: { network: NETWORK, subnet: SUBNET, ipv6Network: null, ipv6Subnet: null, mtu: 1450, ipMasq: true },
+    env: { network: NETWORK, subnet: SUBNET, ipv6Network: null, ipv6Subnet: null, mtu: 1450, ipMasq: true, ipMasqMode: null, backend: null, ovsBridge: null, ovsRunDir: null, ovsDatapath: null },
     config: { network: NETWORK, ipv6Network: null, backendType: 'vxlan', enableNFTables: false },
     daemonBackend: 'vxlan',
     leases: [lease('10.5.1.0/24', '10.250.0.1', MAC1), lease('10.5.2.0/24', '10.250.0.2', MAC2)],
@@ -99,6 +101,7 @@ function facts(over: Partial<TraceFacts> = {}): TraceFacts {
     bridge: LINKS[3]!,
     rules: { mode: 'iptables', modeSource: 'daemon', iptablesNat: natSave(), iptablesFilter: filterSave(), nft: null, forwardRules: true, errors: [] },
     ipForward: true,
+    ovs: null,
     notes: [],
     ...over,
   };
@@ -282,6 +285,9 @@ describe('trace analysis: masquerade', () => {
     assert.equal(hop(r, 'masquerade').summary, `masqueraded to 10.250.0.1 by rule 5 of FLANNEL-POSTRTG: ${rule5} (live: present)`);
     assert.deepEqual(hop(r, 'masquerade').evidence, {
       mode: 'iptables',
+      ipMasqMode: 'flannel',
+      nonMasqueradeCIDRs: null,
+      matchedCIDR: null,
       enabled: true,
       verdict: 'MASQUERADE',
       chain: 'FLANNEL-POSTRTG',
@@ -399,7 +405,7 @@ describe('trace analysis: IPv6', () => {
   });
 });
 
-describe('trace analysis: host-gw and ovs', () => {
+describe('trace analysis: host-gw', () => {
   const hostgw = (gateway: string) =>
     facts({
       leases: [lease('10.5.1.0/24', '10.250.0.1', '', 'host-gw'), lease('10.5.2.0/24', '10.250.0.2', '', 'host-gw')],
@@ -423,14 +429,103 @@ describe('trace analysis: host-gw and ovs', () => {
     assert.equal(hop(r, 'route').status, 'broken');
     assert.equal(hop(r, 'route').evidence.expected, '10.5.2.0/24 via 10.250.0.2');
   });
+});
 
-  it('says the ovs backend is not supported, and still checks route and rules', () => {
-    const r = analyze(facts({ leases: [lease('10.5.1.0/24', '10.250.0.1', '', 'ovs'), lease('10.5.2.0/24', '10.250.0.2', '', 'ovs')], daemonBackend: 'ovs' }));
+describe('trace analysis: ip-masq-agent mode (WEFT_IPMASQ=agent)', () => {
+  const AGENT_CHAIN_COMMENT = 'weft-ip-masq: nonMasqueradeCIDRs traffic is not subject to MASQUERADE';
+  const agentNat = (agent: AgentMasq, extra: string[] = [], withChain = true): string => {
+    const spec = { family: 4 as const, kind: 'agent' as const, rules: agentRules(NETWORK, agent, true) };
+    const chains = withChain ? [':WEFT-IP-MASQ - [0:0]', `-A POSTROUTING ${jumpSpec('agent')}`, ...chainLines(spec)] : [];
+    return ['*nat', ':POSTROUTING ACCEPT [0:0]', ...extra, ...chains, 'COMMIT'].join('\n');
+  };
+  const agentFacts = (dst: string, nat: string, route0 = route('0.0.0.0/0', '10.250.0.254', 'eth0', { protocol: 'boot' })) =>
+    facts({
+      packet: parsePacket('10.5.1.2', dst, 'icmp', null),
+      env: { ...facts().env!, ipMasqMode: 'agent' },
+      route: route0,
+      neighbours: [neigh(2, '10.250.0.254', '0e:ff:00:00:00:fe', NUD.REACHABLE)],
+      fdb: [],
+      underlay: new Map(),
+      rules: { ...facts().rules, iptablesNat: nat },
+    });
+
+  it('keeps a pod\'s address towards a nonMasqueradeCIDR, naming the CIDR and the rule', () => {
+    const r = analyze(agentFacts('203.0.113.5', agentNat(defaultAgentConfig())));
     checkSchema(r);
-    assert.equal(r.verdict, 'incomplete');
-    assert.equal(exitCodeOf(r), 3);
-    assert.deepEqual(hop(r, 'backend'), { kind: 'backend', status: 'unsupported', summary: 'ovs backend: not supported by this version', evidence: { type: 'ovs', supported: false } });
-    assert.equal(hop(r, 'masquerade').status, 'ok');
+    assert.equal(r.verdict, 'ok', r.problems.join('\n'));
+    const m = hop(r, 'masquerade');
+    const rule = `-A WEFT-IP-MASQ -d 203.0.113.0/24 -m comment --comment "${AGENT_CHAIN_COMMENT}" -j RETURN`;
+    assert.equal(m.summary, `not masqueraded: 203.0.113.5 is in nonMasqueradeCIDR 203.0.113.0/24: rule 12 of WEFT-IP-MASQ returns: ${rule} (ip-masq-agent mode, live: present)`);
+    assert.deepEqual(
+      [m.evidence.ipMasqMode, m.evidence.verdict, m.evidence.matchedCIDR, m.evidence.rule, m.evidence.ruleText, m.evidence.live, m.evidence.liveVerdict, m.evidence.liveChain, m.evidence.liveRule, m.evidence.liveRuleText],
+      ['agent', 'RETURN', '203.0.113.0/24', 12, rule, 'present', 'RETURN', 'WEFT-IP-MASQ', 12, rule],
+    );
+    assert.deepEqual(m.evidence.nonMasqueradeCIDRs, ['169.254.0.0/16', '10.5.0.0/16', '10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '100.64.0.0/10', '192.0.0.0/24', '192.0.2.0/24', '192.88.99.0/24', '198.18.0.0/15', '198.51.100.0/24', '203.0.113.0/24', '240.0.0.0/4']);
+  });
+
+  it('masquerades a destination in no nonMasqueradeCIDR, and keeps cluster traffic', () => {
+    const out = analyze(agentFacts('8.8.8.8', agentNat(defaultAgentConfig())));
+    const masqRule = '-A WEFT-IP-MASQ -m comment --comment "weft-ip-masq: outbound traffic is subject to MASQUERADE (must be last in chain)" -j MASQUERADE --random-fully';
+    assert.equal(hop(out, 'masquerade').summary, `masqueraded to 10.250.0.1 by rule 14 of WEFT-IP-MASQ: ${masqRule}: 8.8.8.8 is in none of its 13 non-masquerade CIDRs (ip-masq-agent mode, live: present)`);
+    assert.deepEqual([hop(out, 'masquerade').evidence.liveVerdict, hop(out, 'masquerade').evidence.liveRule, hop(out, 'masquerade').evidence.matchedCIDR], ['MASQUERADE', 14, null]);
+    const pod = analyze(agentFacts('10.5.2.3', agentNat(defaultAgentConfig()), route('10.5.2.0/24', '10.5.2.0', 'flannel.1', { onlink: true })));
+    checkSchema(pod);
+    assert.equal(hop(pod, 'masquerade').status, 'ok');
+    assert.match(hop(pod, 'masquerade').summary, /^not masqueraded: 10\.5\.2\.3 is in the cluster network 10\.5\.0\.0\/16: rule 2 of WEFT-IP-MASQ returns: /);
+  });
+
+  it('reads a custom config back from the chain: masqLinkLocal, a configured CIDR', () => {
+    const custom: AgentMasq = { nonMasqueradeCIDRs: [IPNet.parse('100.128.0.0/16')], masqLinkLocal: true, masqLinkLocalIPv6: true };
+    const ll = analyze(agentFacts('169.254.10.1', agentNat(custom)));
+    const m = hop(ll, 'masquerade');
+    assert.deepEqual([m.status, m.evidence.verdict, m.evidence.rule, m.evidence.live, m.evidence.nonMasqueradeCIDRs], ['ok', 'MASQUERADE', 3, 'present', ['10.5.0.0/16', '100.128.0.0/16']]);
+    assert.ok(!agentRules(NETWORK, custom, true).some((r) => r.matches.some((x) => x.kind === 'dst' && x.net.equals(LINK_LOCAL[4]))));
+  });
+
+  it('reports the chain missing, and flannel\'s chain left over beside it', () => {
+    const missing = analyze(agentFacts('8.8.8.8', agentNat(defaultAgentConfig(), [], false)));
+    checkSchema(missing);
+    const m = hop(missing, 'masquerade');
+    assert.equal(m.status, 'broken');
+    assert.equal(m.evidence.live, 'missing');
+    assert.equal(m.evidence.nonMasqueradeCIDRs, null);
+    assert.deepEqual(m.evidence.liveProblems, ['WEFT-IP-MASQ: chain missing', 'POSTROUTING: jump to WEFT-IP-MASQ missing']);
+    assert.match(m.summary, /^ip-masq-agent mode \(WEFT_IPMASQ=agent\), but WEFT-IP-MASQ is missing: weft masquerades nothing/);
+    const flannel = masqRules(NETWORK, SUBNET, IPNet.parse('224.0.0.0/4'), true);
+    const leftover = [':FLANNEL-POSTRTG - [0:0]', `-A POSTROUTING ${jumpSpec('masq')}`, ...chainLines({ family: 4, kind: 'masq', rules: flannel })];
+    const both = analyze(agentFacts('203.0.113.5', agentNat(defaultAgentConfig(), leftover)));
+    const b = hop(both, 'masquerade');
+    assert.equal(b.status, 'broken');
+    assert.deepEqual(b.evidence.liveProblems, ['FLANNEL-POSTRTG: present although not wanted']);
+    // flannel's chain comes first in POSTROUTING and masquerades the pod: the live rules say so.
+    assert.deepEqual([b.evidence.liveVerdict, b.evidence.liveChain, b.evidence.liveRule], ['MASQUERADE', 'FLANNEL-POSTRTG', 5]);
+  });
+
+  it('evaluates the ip-masq-agent chain of weft\'s nftables table', () => {
+    const agent = agentRules(NETWORK, defaultAgentConfig(), true);
+    const localReturn = [{ match: { op: '==', left: { fib: { result: 'type', flags: ['daddr'] } }, right: 'local' } }, { return: null }];
+    const nft = JSON.stringify({
+      nftables: [
+        { metainfo: { version: '1.0.6', json_schema_version: 1 } },
+        { table: { family: 'ip', name: 'flannel-ipv4', handle: 1 } },
+        { chain: { family: 'ip', table: 'flannel-ipv4', name: 'ip-masq-agent', handle: 1, type: 'nat', hook: 'postrouting', prio: 100, policy: 'accept' } },
+        { chain: { family: 'ip', table: 'flannel-ipv4', name: 'forward', handle: 2, type: 'filter', hook: 'forward', prio: 0, policy: 'accept' } },
+        { rule: { family: 'ip', table: 'flannel-ipv4', chain: 'ip-masq-agent', expr: localReturn } },
+        ...agent.map((r) => ({ rule: { family: 'ip', table: 'flannel-ipv4', chain: 'ip-masq-agent', expr: ruleExpr(4, r) } })),
+        ...forwardRules(NETWORK).map((r) => ({ rule: { family: 'ip', table: 'flannel-ipv4', chain: 'forward', expr: ruleExpr(4, r) } })),
+      ],
+    });
+    const base = agentFacts('8.8.8.8', '');
+    const r = analyze({ ...base, rules: { mode: 'nftables', modeSource: 'daemon', iptablesNat: '*nat\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n', iptablesFilter: null, nft, forwardRules: true, errors: [] } });
+    checkSchema(r);
+    assert.equal(r.verdict, 'ok', r.problems.join('\n'));
+    const m = hop(r, 'masquerade');
+    assert.equal(m.summary, 'masqueraded to 10.250.0.1 by rule 15 of ip flannel-ipv4 ip-masq-agent: masquerade fully-random: 8.8.8.8 is in none of its 13 non-masquerade CIDRs (ip-masq-agent mode, live: present)');
+    assert.deepEqual([m.evidence.liveVerdict, m.evidence.liveChain, m.evidence.liveRule, m.evidence.liveRuleText, m.evidence.unevaluated], ['MASQUERADE', 'ip flannel-ipv4 ip-masq-agent', 15, 'masquerade fully-random', []]);
+    const kept = analyze({ ...base, packet: parsePacket('10.5.1.2', '192.168.7.7', 'icmp', null), rules: { mode: 'nftables', modeSource: 'daemon', iptablesNat: null, iptablesFilter: null, nft, forwardRules: true, errors: [] } });
+    const k = hop(kept, 'masquerade');
+    assert.deepEqual([k.evidence.verdict, k.evidence.rule, k.evidence.matchedCIDR, k.evidence.liveVerdict, k.evidence.liveRule, k.evidence.liveRuleText], ['RETURN', 6, '192.168.0.0/16', 'RETURN', 6, 'ip daddr 192.168.0.0/16 return']);
+    assert.equal(hop(kept, 'forward').summary, 'accepted by rule 1 of ip flannel-ipv4 forward: ip saddr 10.5.0.0/16 accept (live: present)');
   });
 });
 

@@ -3,7 +3,8 @@ import { chainLines, jumpSpec } from '../../src/ipmasq/iptables.js';
 import { masqRules } from '../../src/ipmasq/model.js';
 import { parseListTable, ruleExpr } from '../../src/ipmasq/nftables.js';
 import { splitRuleArgs } from '../../src/util/rule-args.js';
-import { evalNftChain, evalXtChain, firstModelMatch, parseXtRule, parseXtTable, type RulePacket } from '../../src/cli/trace/rules.js';
+import { evalNftChain, evalNftRules, evalXtChain, firstModelMatch, parseNftChain, parseXtRule, parseXtTable, type RulePacket } from '../../src/cli/trace/rules.js';
+import { agentRules } from '../../src/ipmasq/agent-rules.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';
 
 const NETWORK = IPNet.parse('10.5.0.0/16');
@@ -54,7 +55,8 @@ describe('trace rules: tokenize and parse iptables-save lines', () => {
 
   it('keeps matches it cannot evaluate, with their arguments', () => {
     const r = parseXtRule('-A POSTROUTING -m conntrack --ctstate DNAT -m addrtype --src-type LOCAL -j MASQUERADE', 1)!;
-    assert.deepEqual(r.unknown, ['-m conntrack --ctstate DNAT', '-m addrtype --src-type LOCAL']);
+    // addrtype is read for --dst-type LOCAL only (ip-masq-agent's jump); its other options stay unknown.
+    assert.deepEqual(r.unknown, ['-m conntrack --ctstate DNAT', '--src-type LOCAL']);
     const s = parseXtRule('-A POSTROUTING -p tcp --sport 22 -j SNAT --to-source 1.2.3.4', 1)!;
     assert.deepEqual(s.unknown, ['--sport 22']);
   });
@@ -152,5 +154,47 @@ describe('trace rules: the model and weft\'s nft table', () => {
     assert.equal(d.index, 6);
     assert.deepEqual(d.unevaluated, [1]);
     assert.equal(d.rule, rules[4]);
+  });
+});
+
+describe('trace rules: ip-masq-agent mode', () => {
+  const agentSave = (): string => {
+    const spec = { family: 4 as const, kind: 'agent' as const, rules: agentRules(NETWORK, { nonMasqueradeCIDRs: [IPNet.parse('192.168.0.0/16')], masqLinkLocal: false, masqLinkLocalIPv6: false }, true) };
+    return ['*nat', ':POSTROUTING ACCEPT [0:0]', ':WEFT-IP-MASQ - [0:0]', `-A POSTROUTING ${jumpSpec('agent')}`, ...chainLines(spec), 'COMMIT'].join('\n');
+  };
+
+  it('reads the jump\'s "-m addrtype ! --dst-type LOCAL" and skips the chain for local destinations', () => {
+    const jump = parseXtRule(`-A POSTROUTING ${jumpSpec('agent')}`, 1)!;
+    assert.deepEqual([jump.conds, jump.unknown, jump.target], [[{ kind: 'dstLocal', negate: true }], [], 'WEFT-IP-MASQ']);
+    const t = parseXtTable(agentSave());
+    const out = evalXtChain(t, 'POSTROUTING', pkt('10.5.1.2', '8.8.8.8'));
+    assert.deepEqual([out.verdict, out.rule?.chain, out.rule?.index], ['MASQUERADE', 'WEFT-IP-MASQ', 4]);
+    const kept = evalXtChain(t, 'POSTROUTING', pkt('10.5.1.2', '192.168.1.1'));
+    assert.deepEqual([kept.verdict, kept.returnedBy?.index], ['none', 3]);
+    // To an address of this node the jump is not taken at all.
+    const local = evalXtChain(t, 'POSTROUTING', pkt('10.5.1.2', '8.8.8.8', { dstLocal: true }));
+    assert.deepEqual([local.verdict, local.returnedBy, local.rule], ['none', null, null]);
+  });
+
+  it('reads the nft chain rule by rule: fib daddr type local, address matches, masquerade, and what it cannot read', () => {
+    const listed = parseListTable(
+      JSON.stringify({
+        nftables: [
+          { chain: { family: 'ip', table: 'flannel-ipv4', name: 'ip-masq-agent', type: 'nat', hook: 'postrouting', prio: 100, policy: 'accept' } },
+          { rule: { chain: 'ip-masq-agent', expr: [{ match: { op: '==', left: { fib: { result: 'type', flags: ['daddr'] } }, right: 'local' } }, { return: null }] } },
+          { rule: { chain: 'ip-masq-agent', expr: [{ counter: { packets: 0, bytes: 0 } }, { return: null }] } },
+          { rule: { chain: 'ip-masq-agent', expr: ruleExpr(4, { matches: [{ kind: 'dst', net: IPNet.parse('192.168.0.0/16'), negate: false }], verdict: 'RETURN', fullyRandom: false }) } },
+          { rule: { chain: 'ip-masq-agent', expr: ruleExpr(4, { matches: [{ kind: 'dst', net: IPNet.parse('10.9.9.9/32'), negate: false }], verdict: 'RETURN', fullyRandom: false }) } },
+          { rule: { chain: 'ip-masq-agent', expr: ruleExpr(4, { matches: [], verdict: 'MASQUERADE', fullyRandom: true }) } },
+        ],
+      }),
+    );
+    const rules = parseNftChain(listed, 'ip-masq-agent', 4)!;
+    assert.deepEqual(rules.map((r) => r.text), ['fib daddr type local return', 'return (+ expressions trace does not read)', 'ip daddr 192.168.0.0/16 return', 'ip daddr 10.9.9.9 return', 'masquerade fully-random']);
+    assert.equal(rules[1]!.conds, null);
+    assert.deepEqual(evalNftRules(rules, pkt('10.5.1.2', '8.8.8.8')), { verdict: 'MASQUERADE', rule: rules[4], unevaluated: [2] });
+    assert.equal(evalNftRules(rules, pkt('10.5.1.2', '10.9.9.9')).rule?.index, 4);
+    assert.equal(evalNftRules(rules, pkt('10.5.1.2', '8.8.8.8', { dstLocal: true })).rule?.index, 1);
+    assert.equal(parseNftChain(listed, 'postrtg', 4), null);
   });
 });

@@ -1,14 +1,19 @@
 // The path of one packet through this node, hop by hop, from the facts collected on the node: the
 // matching route and whose lease it serves, the VXLAN neighbour and FDB entries (or the host-gw next
-// hop), MTUs, and the masquerade and forward decisions on weft's rule model cross-checked against
-// the live rules. Pure: facts in, report out.
+// hop), the ovs backend's bridge as ofproto/trace walks it (tables, spoof guard, output), MTUs, and
+// the masquerade (flannel's chain or ip-masq-agent mode's) and forward decisions on weft's rule
+// model cross-checked against the live rules. Pure: facts in, report out.
 import { parseSave, planTable, ruleSpec } from '../../ipmasq/iptables.js';
-import { CHAIN_NAMES, desiredChains, forwardRules, masqRules, type ChainSpec, type Rule } from '../../ipmasq/model.js';
+import { agentRules, FOREIGN_AGENT_CHAIN, LINK_LOCAL } from '../../ipmasq/agent-rules.js';
+import { CHAIN_NAMES, desiredChains, forwardRules, masqRules, type ChainKind, type ChainSpec, type Rule } from '../../ipmasq/model.js';
 import { compareTable, nftTable, parseListTable, ruleText, type ListedTable } from '../../ipmasq/nftables.js';
+import { GATEWAY_PORT_NAME, TUNNEL_PORT_NAME } from '../../backend/ovs/bridge.js';
+import { gatewayOf, GLOBAL_VIRTUAL_MAC, TABLES } from '../../backend/ovs/pipeline.js';
 import { NUD, type LinkInfo, type NeighEntry } from '../../netlink/index.js';
 import type { JsonValue, Lease } from '../../subnet/lease.js';
 import { IPNet, type Family, type IPAddr } from '../../util/ip.js';
-import { evalNftChain, evalXtChain, firstModelMatch, parseXtTable, type RulePacket } from './rules.js';
+import { parseOfTrace, summarizeOvsTrace, tableName, type OfTrace, type OvsPath } from './ovs.js';
+import { evalNftChain, evalNftRules, evalXtChain, firstModelMatch, parseNftChain, parseXtTable, type RulePacket } from './rules.js';
 import {
   TRACE_KIND,
   TRACE_VERSION,
@@ -17,6 +22,8 @@ import {
   type Hop,
   type LiveState,
   type MasqueradeEvidence,
+  type OvsFacts,
+  type OvsTraceFacts,
   type RouteLookup,
   type TraceFacts,
   type TraceReport,
@@ -77,7 +84,8 @@ class Context {
       }) ??
       null;
     this.subnet = envSubnet ?? (this.ownLease ? subnetOf(this.ownLease, this.family) : null);
-    this.backend = this.ownLease?.attrs.backendType ?? f.daemonBackend ?? f.config?.backendType ?? null;
+    // The same order as collect's (which decided whether to read OVS).
+    this.backend = this.ownLease?.attrs.backendType ?? f.env?.backend ?? f.daemonBackend ?? f.config?.backendType ?? null;
     this.leasesKnown = f.leaseSource !== 'none';
   }
 
@@ -125,6 +133,9 @@ class Context {
   }
 }
 
+type Classified = { cls: AddressClass; lease: Lease | null };
+type OkRoute = Extract<RouteLookup, { ok: true }>;
+
 export function analyze(f: TraceFacts): TraceReport {
   const c = new Context(f);
   const hops: Hop[] = [];
@@ -132,33 +143,81 @@ export function analyze(f: TraceFacts): TraceReport {
   const src = c.classify(packet.src);
   const dst = c.classify(packet.dst);
   const forwarded = src.cls !== 'node';
+  // On ovs a pod's packet (or one out of the tunnel) meets the bridge before any kernel routing.
+  const bridgeFirst = c.backend === 'ovs' && (f.ovs?.trace?.entry === 'pod' || f.ovs?.trace?.entry === 'tunnel');
 
-  // 1. Where the packet comes from.
-  {
-    const broken = forwarded && f.ipForward === false;
-    const where =
-      src.cls === 'node'
-        ? 'an address of this node (locally generated)'
-        : src.cls === 'local-pod'
-          ? `a pod of this node (lease ${c.leaseName(src.lease) ?? String(c.subnet)})`
-          : src.cls === 'remote-pod'
-            ? `a pod of lease ${c.leaseName(src.lease)} (node ${String(src.lease && publicOf(src.lease, c.family))})`
-            : src.cls === 'cluster'
-              ? `inside the cluster network ${String(c.network)}${c.leasesKnown ? ' but in no lease' : ''}`
-              : 'outside the cluster network';
-    let summary = `${packet.src.toString()} is ${where}`;
-    if (f.ingress) summary += `, enters on ${f.ingress}`;
-    if (broken) summary += `; IP forwarding is off on this node, so forwarded packets are dropped`;
-    hops.push({
-      kind: 'source',
-      status: broken ? 'broken' : src.cls === 'cluster' && c.leasesKnown ? 'warning' : 'ok',
-      summary,
-      evidence: { address: packet.src.toString(), class: src.cls, lease: c.leaseNameOf(src), ingress: f.ingress, ipForward: f.ipForward },
-    });
+  sourceHop(c, hops, src, forwarded && !bridgeFirst);
+  if (c.backend === 'ovs') {
+    ovsPath(c, hops, src, dst, forwarded);
+    return finish(c, hops);
   }
 
-  // 2. The route.
-  const r = f.route;
+  const r = routeHop(c, hops, dst, false);
+  if (!r) return finish(c, hops);
+  if (r.type === 'local') {
+    addRuleHops(c, hops, src.cls, dst.cls, r, forwarded);
+    return finish(c, hops);
+  }
+  const egress = c.link(r.device);
+  if (egress?.kind === 'vxlan' && r.gateway) {
+    vxlanHops(c, hops, egress, r.gateway, dst.lease);
+  } else if (r.gateway && r.device) {
+    nexthopHop(c, hops, r.device, r.gateway, dst.lease, null);
+    mtuHop(c, hops, r.device, null);
+  } else if (r.device && dst.cls !== 'local-pod') {
+    mtuHop(c, hops, r.device, null);
+  }
+  addRuleHops(c, hops, src.cls, dst.cls, r, forwarded);
+  return finish(c, hops);
+}
+
+/** 1. Where the packet comes from. `judgeForwarding`: the kernel forwards it, so ip_forward matters. */
+function sourceHop(c: Context, hops: Hop[], src: Classified, judgeForwarding: boolean): void {
+  const { f } = c;
+  const { packet } = f;
+  const broken = judgeForwarding && f.ipForward === false;
+  let where =
+    src.cls === 'node'
+      ? 'an address of this node (locally generated)'
+      : src.cls === 'local-pod'
+        ? `a pod of this node (lease ${c.leaseName(src.lease) ?? String(c.subnet)})`
+        : src.cls === 'remote-pod'
+          ? `a pod of lease ${c.leaseName(src.lease)} (node ${String(src.lease && publicOf(src.lease, c.family))})`
+          : src.cls === 'cluster'
+            ? `inside the cluster network ${String(c.network)}${c.leasesKnown ? ' but in no lease' : ''}`
+            : 'outside the cluster network';
+  // On ovs a pod's or a peer's packet enters the bridge, not the kernel.
+  const t = c.backend === 'ovs' ? f.ovs?.trace : null;
+  const noPod = t?.entry === 'pod' && f.ovs?.pods && !f.ovs.pods.some((p) => p.ip.equals(packet.src));
+  if (noPod) where = `in this node's subnet ${String(c.subnet)} but no pod port on ${f.ovs?.bridge ?? 'br-int'} has it`;
+  const bridge = f.ovs?.bridge ?? 'br-int';
+  let ingress = f.ingress;
+  let enters = f.ingress ? `enters on ${f.ingress}` : null;
+  if (t?.entry === 'pod') {
+    ingress = t.inPortName;
+    enters = t.inPortName ? `enters ${bridge} on ${noPod ? 'pod port ' : ''}${t.inPortName} (ofport ${String(t.inPort)})` : `enters ${bridge} from a pod port`;
+  } else if (t?.entry === 'tunnel') {
+    ingress = t.inPortName ?? TUNNEL_PORT_NAME;
+    enters = `enters ${bridge} from the tunnel ${ingress}${src.lease ? ` (VXLAN from ${String(publicOf(src.lease, c.family))})` : ''}`;
+  }
+  let summary = `${packet.src.toString()} is ${where}`;
+  if (enters) summary += `, ${enters}`;
+  if (broken) summary += `; IP forwarding is off on this node, so forwarded packets are dropped`;
+  hops.push({
+    kind: 'source',
+    status: broken ? 'broken' : src.cls === 'cluster' && c.leasesKnown ? 'warning' : 'ok',
+    summary,
+    evidence: { address: packet.src.toString(), class: src.cls, lease: c.leaseNameOf(src), ingress, ipForward: f.ipForward },
+  });
+}
+
+/**
+ * 2. The kernel's route. Returns it when the path goes on, null when the hop is broken (the
+ * analysis stops there). `forwardingOff`: the packet is forwarded by a node with ip_forward off.
+ */
+function routeHop(c: Context, hops: Hop[], dst: Classified, forwardingOff: boolean): OkRoute | null {
+  const { packet } = c.f;
+  const r = c.f.route;
   const dLease = dst.lease;
   const dSubnet = dLease ? subnetOf(dLease, c.family) : null;
   const dPublic = dLease ? publicOf(dLease, c.family) : null;
@@ -175,101 +234,356 @@ export function analyze(f: TraceFacts): TraceReport {
       summary: `no route to ${packet.dst.toString()}: ${r.error}`,
       evidence: { ...routeEvidence, type: null, prefix: null, gateway: null, device: null, protocol: null, weftOwned: false, nexthopId: null, onlink: false, expected: null },
     });
-    return finish(c, hops);
+    return null;
   }
   const egress = c.link(r.device);
   const isVxlanDev = egress?.kind === 'vxlan';
-  {
-    let status: Hop['status'] = 'ok';
-    let expected: string | null = null;
-    const notes: string[] = [];
-    if (['blackhole', 'unreachable', 'prohibit', 'throw'].includes(r.type)) {
-      status = 'broken';
-      notes.push(`the packet is dropped (${r.type} route)`);
-    } else if (r.type === 'local') {
-      notes.push('delivered to this node');
-    } else if (dst.cls === 'remote-pod' && dLease && dSubnet) {
-      const peerBackend = dLease.attrs.backendType ?? '';
-      const viaTunnel = `${dSubnet.toString()} via ${dSubnet.ip.toString()} dev ${egress?.kind === 'vxlan' ? egress.name : 'flannel.<VNI>'} onlink`;
-      const viaHost = `${dSubnet.toString()} via ${String(dPublic)}`;
-      const wanted =
-        c.backend === 'host-gw' ? [viaHost] : c.backend === 'vxlan' ? [viaTunnel, `${viaHost} (DirectRouting)`] : [dSubnet.toString()];
-      const gwOk =
-        c.backend === 'host-gw'
-          ? r.gateway !== null && dPublic !== null && r.gateway.equals(dPublic)
-          : c.backend === 'vxlan'
-            ? (isVxlanDev && r.gateway !== null && r.gateway.equals(dSubnet.ip)) || (r.gateway !== null && dPublic !== null && r.gateway.equals(dPublic))
+  let status: Hop['status'] = 'ok';
+  let expected: string | null = null;
+  const notes: string[] = [];
+  if (['blackhole', 'unreachable', 'prohibit', 'throw'].includes(r.type)) {
+    status = 'broken';
+    notes.push(`the packet is dropped (${r.type} route)`);
+  } else if (r.type === 'local') {
+    notes.push('delivered to this node');
+  } else if (dst.cls === 'remote-pod' && dLease && dSubnet) {
+    const peerBackend = dLease.attrs.backendType ?? '';
+    const viaTunnel = `${dSubnet.toString()} via ${dSubnet.ip.toString()} dev ${egress?.kind === 'vxlan' ? egress.name : 'flannel.<VNI>'} onlink`;
+    const viaHost = `${dSubnet.toString()} via ${String(dPublic)}`;
+    // ovs: the peer's gateway on the gateway port, answered by the bridge's ARP responder.
+    const viaBridge = `${dSubnet.toString()} via ${gatewayOf(dSubnet).toString()} dev ${GATEWAY_PORT_NAME} onlink`;
+    const wanted =
+      c.backend === 'host-gw'
+        ? [viaHost]
+        : c.backend === 'vxlan'
+          ? [viaTunnel, `${viaHost} (DirectRouting)`]
+          : c.backend === 'ovs'
+            ? [viaBridge]
+            : [dSubnet.toString()];
+    const gwOk =
+      c.backend === 'host-gw'
+        ? r.gateway !== null && dPublic !== null && r.gateway.equals(dPublic)
+        : c.backend === 'vxlan'
+          ? (isVxlanDev && r.gateway !== null && r.gateway.equals(dSubnet.ip)) || (r.gateway !== null && dPublic !== null && r.gateway.equals(dPublic))
+          : c.backend === 'ovs'
+            ? r.device === GATEWAY_PORT_NAME && r.gateway !== null && r.gateway.equals(gatewayOf(dSubnet))
             : true;
-      if (!r.prefix.equals(dSubnet)) {
-        status = 'broken';
-        expected = wanted.join(' or ');
-        notes.push(`no route for lease ${dSubnet.toString()} (node ${String(dPublic)}): the packet follows ${describeRoute(r)} instead; expected ${expected}`);
-      } else if (!gwOk) {
-        status = 'broken';
-        expected = wanted.join(' or ');
-        notes.push(`the route does not lead to lease ${dSubnet.toString()}'s node ${String(dPublic)}; expected ${expected}`);
-      } else {
-        notes.push(`lease ${dSubnet.toString()} of node ${String(dPublic)}`);
-        if (r.protocol !== WEFT_PROTOCOL) {
-          status = 'warning';
-          notes.push(`not programmed by weft (proto ${String(r.protocol)}, weft uses ${WEFT_PROTOCOL})`);
-        }
-      }
-      if (c.backend && peerBackend !== c.backend) {
-        if (status === 'ok') status = 'warning';
-        notes.push(`the peer's lease uses backend "${peerBackend}", this node "${c.backend}"`);
-      }
-    } else if (dst.cls === 'local-pod') {
-      if (c.subnet && !(r.prefix.equals(c.subnet) && r.gateway === null)) {
+    if (!r.prefix.equals(dSubnet)) {
+      status = 'broken';
+      expected = wanted.join(' or ');
+      notes.push(`no route for lease ${dSubnet.toString()} (node ${String(dPublic)}): the packet follows ${describeRoute(r)} instead; expected ${expected}`);
+    } else if (!gwOk) {
+      status = 'broken';
+      expected = wanted.join(' or ');
+      notes.push(`the route does not lead to lease ${dSubnet.toString()}'s node ${String(dPublic)}; expected ${expected}`);
+    } else {
+      notes.push(`lease ${dSubnet.toString()} of node ${String(dPublic)}`);
+      if (r.protocol !== WEFT_PROTOCOL) {
         status = 'warning';
-        expected = `${c.subnet.toString()} dev ${f.bridge?.name ?? 'cni0'}`;
-        notes.push(`a pod of this node, but not through this node's subnet route (expected ${expected})`);
-      } else {
-        notes.push('a pod of this node');
+        notes.push(`not programmed by weft (proto ${String(r.protocol)}, weft uses ${WEFT_PROTOCOL})`);
       }
-    } else if (dst.cls === 'cluster') {
-      status = c.leasesKnown ? 'warning' : 'info';
-      notes.push(c.leasesKnown ? `inside the cluster network ${String(c.network)} but no lease has it` : `inside the cluster network ${String(c.network)} (leases unknown)`);
-    } else if (dst.cls === 'external') {
-      notes.push('leaves the cluster network');
     }
+    if (c.backend && peerBackend !== c.backend) {
+      if (status === 'ok') status = 'warning';
+      notes.push(`the peer's lease uses backend "${peerBackend}", this node "${c.backend}"`);
+    }
+  } else if (dst.cls === 'local-pod') {
+    if (c.subnet && !(r.prefix.equals(c.subnet) && r.gateway === null)) {
+      status = 'warning';
+      expected = `${c.subnet.toString()} dev ${c.f.bridge?.name ?? (c.backend === 'ovs' ? GATEWAY_PORT_NAME : 'cni0')}`;
+      notes.push(`a pod of this node, but not through this node's subnet route (expected ${expected})`);
+    } else {
+      notes.push('a pod of this node');
+    }
+  } else if (dst.cls === 'cluster') {
+    status = c.leasesKnown ? 'warning' : 'info';
+    notes.push(c.leasesKnown ? `inside the cluster network ${String(c.network)} but no lease has it` : `inside the cluster network ${String(c.network)} (leases unknown)`);
+  } else if (dst.cls === 'external') {
+    notes.push('leaves the cluster network');
+  }
+  if (forwardingOff && r.type !== 'local' && status !== 'broken') {
+    status = 'broken';
+    notes.push('IP forwarding is off on this node, so the kernel drops the packet instead of routing it');
+  }
+  hops.push({
+    kind: 'route',
+    status,
+    summary: `${describeRoute(r)}${notes.length ? `: ${notes.join('; ')}` : ''}`,
+    evidence: {
+      ...routeEvidence,
+      type: r.type,
+      prefix: r.prefix.toString(),
+      gateway: r.gateway ? r.gateway.toString() : null,
+      device: r.device,
+      protocol: r.protocol,
+      weftOwned: r.protocol === WEFT_PROTOCOL,
+      nexthopId: r.nexthopId,
+      onlink: r.onlink,
+      expected,
+    },
+  });
+  return status === 'broken' ? null : r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ovs backend: the bridge's pipeline as ofproto/trace walks it
+
+/**
+ * A pod's packet, or one out of the tunnel, meets the bridge first and reaches the kernel only if
+ * the bridge hands it to the gateway port; the host's (or a forwarded) packet meets the kernel's
+ * route first and the bridge only if that route leaves through the gateway port.
+ */
+function ovsPath(c: Context, hops: Hop[], src: Classified, dst: Classified, forwarded: boolean): void {
+  const f = c.f;
+  const o = f.ovs;
+  if (!o) {
     hops.push({
-      kind: 'route',
-      status,
-      summary: `${describeRoute(r)}${notes.length ? `: ${notes.join('; ')}` : ''}`,
+      kind: 'backend',
+      status: 'unsupported',
+      summary: `ovs backend: the bridge was not traced (${c.family === 6 ? 'the ovs backend carries no IPv6' : 'no Open vSwitch facts'})`,
+      evidence: { type: 'ovs', supported: false },
+    });
+    return;
+  }
+  const t = o.trace;
+  if (t && (t.entry === 'pod' || t.entry === 'tunnel')) {
+    const path = bridgeHops(c, hops, o, t, dst);
+    // Done unless the bridge hands the packet to the host on purpose (a lease without flows is broken there).
+    if (path?.action !== 'gateway' || hops.at(-1)?.status === 'broken') return;
+    // From here on the kernel routes it like any packet arriving on weft-gw0.
+    const r = routeHop(c, hops, dst, forwarded && f.ipForward === false);
+    if (!r) return;
+    if (r.type !== 'local') {
+      if (r.gateway && r.device && r.device !== GATEWAY_PORT_NAME) nexthopHop(c, hops, r.device, r.gateway, dst.lease, null);
+      if (r.device && r.device !== GATEWAY_PORT_NAME) mtuHop(c, hops, r.device, null);
+    }
+    addRuleHops(c, hops, src.cls, dst.cls, r, forwarded);
+    return;
+  }
+  const r = routeHop(c, hops, dst, false);
+  if (!r) return;
+  if (r.type !== 'local') {
+    if (r.device === GATEWAY_PORT_NAME) {
+      // The peer's gateway is answered by the bridge's ARP responder; the peer's flow rewrites the MAC anyway.
+      if (r.gateway) nexthopHop(c, hops, r.device, r.gateway, dst.lease, dst.cls === 'remote-pod' ? `the bridge's ARP responder answers ${GLOBAL_VIRTUAL_MAC}` : null);
+      if (t) bridgeHops(c, hops, o, t, dst);
+      else pipelineError(hops, o, null, `the route leaves through ${GATEWAY_PORT_NAME}, but the bridge was not traced`);
+    } else if (r.gateway && r.device) {
+      nexthopHop(c, hops, r.device, r.gateway, dst.lease, null);
+      mtuHop(c, hops, r.device, null);
+    } else if (r.device && dst.cls !== 'local-pod') {
+      mtuHop(c, hops, r.device, null);
+    }
+  }
+  addRuleHops(c, hops, src.cls, dst.cls, r, forwarded);
+}
+
+function pipelineError(hops: Hop[], o: OvsFacts, t: OvsTraceFacts | null, why: string): void {
+  hops.push({
+    kind: 'pipeline',
+    status: 'broken',
+    summary: `cannot trace the packet through ${o.bridge}: ${why}`,
+    evidence: {
+      bridge: o.bridge,
+      datapath: o.datapath,
+      runDir: o.runDir,
+      entry: t?.entry ?? null,
+      inPort: t?.inPort ?? null,
+      inPortName: t?.inPortName ?? null,
+      flow: t?.flow ?? null,
+      tables: [],
+      datapathActions: null,
+      trace: t?.output ?? null,
+      error: why,
+    },
+  });
+}
+
+const headerOf = (flow: string | null, field: string): string | null => (flow ? (new RegExp(`(?:^|,)${field}=([^,]+)`).exec(flow)?.[1] ?? null) : null);
+
+/** The bridge's hops: the tables passed, the spoof guard (pod and gateway ports), the output. */
+function bridgeHops(c: Context, hops: Hop[], o: OvsFacts, t: OvsTraceFacts, dst: Classified): OvsPath | null {
+  if (t.output === null) {
+    pipelineError(hops, o, t, t.error ?? o.error ?? 'ofproto/trace gave no output');
+    return null;
+  }
+  let parsed: OfTrace;
+  try {
+    parsed = parseOfTrace(t.output);
+  } catch (e) {
+    pipelineError(hops, o, t, (e as Error).message);
+    return null;
+  }
+  const pods = o.pods ?? [];
+  const peerLease = (net: IPAddr) => c.leaseName(c.f.leases.find((l) => subnetOf(l, 4)?.ip.equals(net)) ?? null);
+  const path = summarizeOvsTrace(parsed, { tunnel: o.tunnelPort, gateway: o.gatewayPort, pods: new Set(pods.map((p) => p.ofport)) }, peerLease);
+  const portName = (ofport: number | null): string | null =>
+    ofport === null ? null : ofport === o.tunnelPort ? TUNNEL_PORT_NAME : ofport === o.gatewayPort ? GATEWAY_PORT_NAME : (pods.find((p) => p.ofport === ofport)?.name ?? null);
+  const { packet } = c.f;
+
+  // The tables.
+  {
+    const steps = path.tables.map((s) => {
+      const owner = s.owner && s.owner !== 'node' ? ` [${s.owner}]` : '';
+      const miss = s.match === null ? ' [no match]' : '';
+      return `${s.name}${owner}${miss}`;
+    });
+    let summary = `${o.bridge} in_port ${String(t.inPort)} (${String(t.inPortName)}): ${steps.join(' -> ')}`;
+    if (t.note) summary += `; ${t.note}`;
+    hops.push({
+      kind: 'pipeline',
+      status: 'ok',
+      summary,
       evidence: {
-        ...routeEvidence,
-        type: r.type,
-        prefix: r.prefix.toString(),
-        gateway: r.gateway ? r.gateway.toString() : null,
-        device: r.device,
-        protocol: r.protocol,
-        weftOwned: r.protocol === WEFT_PROTOCOL,
-        nexthopId: r.nexthopId,
-        onlink: r.onlink,
-        expected,
+        bridge: o.bridge,
+        datapath: o.datapath,
+        runDir: o.runDir,
+        entry: t.entry,
+        inPort: t.inPort,
+        inPortName: t.inPortName,
+        flow: t.flow,
+        tables: path.tables,
+        datapathActions: path.datapathActions,
+        trace: t.output,
+        error: null,
       },
     });
-    if (r.type === 'local' || status === 'broken') {
-      if (status !== 'broken') addRuleHops(c, hops, src.cls, dst.cls, r, forwarded);
-      return finish(c, hops);
+  }
+
+  // The spoof guard: what a pod port may send from (the gateway port, the host, may send from anything).
+  if (t.entry !== 'tunnel' && t.inPort !== null) {
+    const pod = t.entry === 'pod' ? (pods.find((p) => p.ofport === t.inPort) ?? null) : null;
+    const srcMac = headerOf(t.flow, 'dl_src');
+    const where = `${String(t.inPortName)} (ofport ${t.inPort})`;
+    const verdict = path.spoofGuard === 'not-applied' ? 'pass' : path.spoofGuard;
+    let status: Hop['status'] = 'ok';
+    let summary: string;
+    if (verdict === 'pass') {
+      summary = pod
+        ? `${packet.src.toString()} from ${String(srcMac)} on ${where} passes: the address and MAC of its pod`
+        : `from the gateway port ${where}: the host may send from any address`;
+    } else if (verdict === 'drop' && pod && !pod.ip.equals(packet.src)) {
+      status = 'broken';
+      summary = `dropped: ${where} may send only from its pod's ${pod.ip.toString()} / ${pod.mac}, not from ${packet.src.toString()} (a pod using an address it was not given)`;
+    } else if (verdict === 'drop') {
+      status = 'broken';
+      summary = `dropped: no spoof-guard flow lets ${packet.src.toString()} from ${String(srcMac)} out of ${where}${pod ? `, its own pod's port: the pod's flows are missing (weftd rebuilds them from the port's external_ids on its next pass)` : ''}`;
+    } else {
+      status = 'broken';
+      const at = path.droppedIn !== null ? `${tableName(path.droppedIn)} (table ${path.droppedIn})` : 'an earlier table';
+      summary = `not reached: the packet is dropped in ${at} before the spoof guard (no classifier flow for in_port ${t.inPort}?)`;
     }
+    hops.push({
+      kind: 'spoofguard',
+      status,
+      summary,
+      evidence: {
+        inPort: t.inPort,
+        port: t.inPortName,
+        verdict,
+        allowedIP: pod ? pod.ip.toString() : null,
+        allowedMac: pod ? pod.mac : null,
+        src: packet.src.toString(),
+        srcMac,
+      },
+    });
+    if (status === 'broken') return path;
   }
 
-  // 3. The backend's part of the path.
-  if (c.backend === 'ovs') {
-    hops.push({ kind: 'backend', status: 'unsupported', summary: 'ovs backend: not supported by this version', evidence: { type: 'ovs', supported: false } });
-  } else if (isVxlanDev && egress && r.gateway) {
-    vxlanHops(c, hops, egress, r.gateway, dLease);
-  } else if (r.gateway && r.device) {
-    nexthopHop(c, hops, r.device, r.gateway, dLease);
-    mtuHop(c, hops, r.device, null);
-  } else if (r.device && dst.cls !== 'local-pod') {
-    mtuHop(c, hops, r.device, null);
+  // The output.
+  {
+    const dLease = dst.cls === 'remote-pod' ? dst.lease : null;
+    const expectedDst = dLease ? publicOf(dLease, c.family) : null;
+    const expectedVni = dLease ? (o.vni ?? vniOfLease(dLease)) : null;
+    const outName = portName(path.outputPort);
+    const at = `${String(outName ?? 'port')} (ofport ${String(path.outputPort)})`;
+    const dstPod = pods.find((p) => p.ip.equals(packet.dst)) ?? null;
+    const isGatewayIP = c.subnet !== null && gatewayOf(c.subnet).equals(packet.dst);
+    let status: Hop['status'] = 'ok';
+    let summary: string;
+    let matches: boolean | null = null;
+    if (path.action === 'drop') {
+      status = 'broken';
+      const table = path.droppedIn;
+      summary = `dropped in ${table !== null ? `${tableName(table)} (table ${table})` : 'the pipeline'}`;
+      if (t.entry === 'tunnel' && table === TABLES.classifier) summary += `: no classifier flow for tun_id ${String(headerOf(t.flow, 'tun_id'))} on the tunnel port (a VNI other than this node's?)`;
+      else if (dst.cls === 'local-pod' && !dstPod) summary += `: no pod port on ${o.bridge} has ${packet.dst.toString()}`;
+    } else if (path.action === 'tunnel') {
+      const tun = path.tunnelDst;
+      summary = `into the tunnel ${at}: tun_dst ${String(tun)}, vni ${String(path.vni)}`;
+      if (expectedDst && tun) {
+        matches = tun.equals(expectedDst) && (expectedVni === null || path.vni === expectedVni);
+        if (!tun.equals(expectedDst)) {
+          status = 'broken';
+          const owner = c.leaseByPublicIP(tun);
+          summary += `, but lease ${String(c.leaseName(dLease))} is at ${expectedDst.toString()}${owner ? ` (${tun.toString()} is lease ${String(c.leaseName(owner))}'s node)` : ' (a stale peer flow?)'}`;
+        } else if (expectedVni !== null && path.vni !== expectedVni) {
+          status = 'broken';
+          summary += `, but the VNI is ${expectedVni}`;
+        } else {
+          summary += `: the public IP of lease ${String(c.leaseName(dLease))}`;
+        }
+      } else if (dst.cls !== 'remote-pod') {
+        status = 'broken';
+        summary += `, although ${packet.dst.toString()} is in no other node's lease`;
+      }
+      if (status !== 'broken' && path.tunnelFailure) {
+        // Native tunnelling resolves the remote end itself; the packet that finds no entry is lost.
+        const miss = /cache miss/i.test(path.tunnelFailure);
+        status = miss ? 'warning' : 'broken';
+        summary += `; ${path.tunnelFailure}${miss ? ' (this packet is lost; the next one goes out once the node answers)' : ''}`;
+      } else if (status !== 'broken') {
+        const via = path.tunnelNotes.find((n) => n.startsWith('tunneling to '));
+        if (via) summary += `; ${via}`;
+      }
+    } else if (path.action === 'gateway') {
+      summary = `to the host through ${at}`;
+      if (dLease) {
+        status = 'broken';
+        summary += `: ${o.bridge} has no flow for lease ${String(c.leaseName(dLease))} (node ${String(expectedDst)}), so the packet goes to the host instead of into the tunnel`;
+      } else if (dst.cls === 'local-pod' && !isGatewayIP) {
+        status = 'broken';
+        summary += dstPod ? `, not to ${dstPod.name}, the port of pod ${packet.dst.toString()}` : `: no pod port on ${o.bridge} has ${packet.dst.toString()}`;
+      } else {
+        summary += dst.cls === 'node' || isGatewayIP ? ': an address of this node' : ': the kernel routes it on';
+      }
+    } else if (path.action === 'pod') {
+      const pod = pods.find((p) => p.ofport === path.outputPort) ?? null;
+      summary = `to ${at}, the port of pod ${String(pod?.ip)}`;
+      if (!pod || !pod.ip.equals(packet.dst)) {
+        status = 'broken';
+        summary += dstPod ? `, not to ${dstPod.name} (ofport ${dstPod.ofport}) of ${packet.dst.toString()}` : `; no pod port on ${o.bridge} has ${packet.dst.toString()}`;
+      }
+    } else {
+      status = 'warning';
+      summary = `to ${at}, a port that is neither a pod's, the gateway nor the tunnel`;
+    }
+    hops.push({
+      kind: 'ovs-output',
+      status,
+      summary,
+      evidence: {
+        action: path.action,
+        outputPort: path.outputPort,
+        outputPortName: outName,
+        droppedIn: path.droppedIn,
+        tunnelDst: path.tunnelDst ? path.tunnelDst.toString() : null,
+        vni: path.vni,
+        lease: c.leaseName(dLease),
+        expectedTunnelDst: expectedDst ? expectedDst.toString() : null,
+        expectedVni,
+        tunnelMatchesLease: path.action === 'tunnel' ? matches : null,
+        tunnelNotes: path.tunnelNotes,
+      },
+    });
   }
+  return path;
+}
 
-  addRuleHops(c, hops, src.cls, dst.cls, r, forwarded);
-  return finish(c, hops);
+function vniOfLease(l: Lease): number | null {
+  const data = l.attrs.backendData;
+  if (!data || typeof data !== 'object' || Array.isArray(data)) return null;
+  return typeof data.VNI === 'number' ? data.VNI : null;
 }
 
 function vxlanHops(c: Context, hops: Hop[], dev: LinkInfo, gateway: IPAddr, lease: Lease | null): void {
@@ -376,13 +690,15 @@ function vxlanHops(c: Context, hops: Hop[], dev: LinkInfo, gateway: IPAddr, leas
   mtuHop(c, hops, dev.name, underlayDev);
 }
 
-function nexthopHop(c: Context, hops: Hop[], device: string, gateway: IPAddr, lease: Lease | null): void {
+/** `answeredBy`: who answers ARP for the next hop when nobody has yet (ovs: the bridge's ARP responder, for a peer's gateway). */
+function nexthopHop(c: Context, hops: Hop[], device: string, gateway: IPAddr, lease: Lease | null, answeredBy: string | null): void {
   const n = c.f.neighbours.find((x) => x.ip.equals(gateway)) ?? null;
   const failed = n !== null && (n.state & NUD.FAILED) !== 0;
   const owner = c.leaseByPublicIP(gateway);
   let summary = `next hop ${gateway.toString()} on ${device}`;
   if (owner) summary += ` (public IP of lease ${c.leaseName(owner)})`;
-  summary += n ? `: lladdr ${String(n.mac)} ${neighState(n)}` : ': not resolved yet (ARP/ND on the first packet)';
+  else if (answeredBy && lease) summary += ` (gateway of lease ${c.leaseName(lease)})`;
+  summary += n ? `: lladdr ${String(n.mac)} ${neighState(n)}` : `: not resolved yet (ARP/ND on the first packet${answeredBy ? `; ${answeredBy}` : ''})`;
   if (failed) summary += `; ${gateway.toString()} does not answer ARP/ND`;
   hops.push({
     kind: 'nexthop',
@@ -458,12 +774,12 @@ function readLive(c: Context): LiveRules {
   };
 }
 
-function modelRuleText(c: Context, kind: 'masq' | 'forward', rule: Rule): string {
+function modelRuleText(c: Context, kind: ChainKind, rule: Rule): string {
   const n = CHAIN_NAMES[kind];
   return c.f.rules.mode === 'iptables' ? `-A ${n.chain} ${ruleSpec(rule, n.comment)}` : ruleText(c.family, rule);
 }
 
-function chainLabel(c: Context, kind: 'masq' | 'forward'): string {
+function chainLabel(c: Context, kind: ChainKind): string {
   const n = CHAIN_NAMES[kind];
   if (c.f.rules.mode === 'iptables') return n.chain;
   const t = nftTable(c.family);
@@ -473,13 +789,23 @@ function chainLabel(c: Context, kind: 'masq' | 'forward'): string {
 /** The keeper's problem lines, said from trace's side (trace removes nothing). */
 const asFinding = (p: string): string => p.replace(/: not wanted, removing$/, ': present although not wanted');
 
-/** Live check of one chain against the model: iptables read back per table, nft per whole table. */
-function liveCheck(c: Context, live: LiveRules, kind: 'masq' | 'forward', spec: ChainSpec | null, nftWant: readonly ChainSpec[]): { state: LiveState; problems: string[] } {
+/**
+ * Live check of one chain against the model: iptables read back per table, nft per whole table.
+ * `unwanted`: weft's chains that must not be there (flannel's chain in agent mode and the other way round).
+ */
+function liveCheck(
+  c: Context,
+  live: LiveRules,
+  kind: ChainKind,
+  spec: ChainSpec | null,
+  nftWant: readonly ChainSpec[],
+  unwanted: readonly ChainKind[] = [],
+): { state: LiveState; problems: string[] } {
   const r = c.f.rules;
   if (r.mode === 'iptables') {
-    const save = kind === 'masq' ? live.natSave : live.filterSave;
+    const save = CHAIN_NAMES[kind].table === 'nat' ? live.natSave : live.filterSave;
     if (!save) return { state: 'unknown', problems: [] };
-    const plan = planTable(CHAIN_NAMES[kind].table, spec ? [spec] : [], spec ? [] : [kind], save);
+    const plan = planTable(CHAIN_NAMES[kind].table, spec ? [spec] : [], spec ? unwanted : [kind, ...unwanted], save);
     if (plan.problems.length === 0) return { state: spec ? 'present' : 'not-applicable', problems: [] };
     const missing = plan.problems.some((p) => p.endsWith('chain missing') || / jump to \S+ missing$/.test(p));
     return { state: missing ? 'missing' : 'differs', problems: plan.problems.map(asFinding) };
@@ -489,10 +815,46 @@ function liveCheck(c: Context, live: LiveRules, kind: 'masq' | 'forward', spec: 
   // Problems of this chain, and those of the table as a whole.
   const chainNames = Object.values(CHAIN_NAMES).map((n) => n.nftChain).join('|');
   const other = new RegExp(`(/|chain )(${chainNames})\\b`);
-  const problems = compareTable(c.family, nftWant, live.nft).filter((p) => p.includes(`/${name}:`) || p.includes(`chain ${name} `) || p.endsWith(`chain ${name}`) || !other.test(p));
+  const mine = (p: string) => p.includes(`/${name}:`) || p.includes(`chain ${name} `) || p.endsWith(`chain ${name}`);
+  const theirs = (p: string) => unwanted.some((k) => p.endsWith(`unexpected chain ${CHAIN_NAMES[k].nftChain}`));
+  const problems = compareTable(c.family, nftWant, live.nft).filter((p) => mine(p) || theirs(p) || !other.test(p));
   if (problems.length === 0) return { state: spec ? 'present' : 'not-applicable', problems: [] };
   const missing = problems.some((p) => /(^table .* missing|chain \S+ missing)$/.test(p));
   return { state: missing ? 'missing' : 'differs', problems: problems.map(asFinding) };
+}
+
+/** What ip-masq-agent mode's chain says, read from the live rules (its config file is the daemon's, not trace's). */
+interface AgentModel {
+  /** The model rebuilt with the live chain's CIDRs: the shape (order, cluster network, MASQUERADE last) is checked, not the config. */
+  readonly spec: ChainSpec;
+  /** The destinations the live chain returns for, in order; null when the chain is missing. */
+  readonly returns: readonly IPNet[] | null;
+}
+
+function agentModel(c: Context, live: LiveRules, network: IPNet): AgentModel {
+  const family = c.family;
+  let returns: IPNet[] | null = null;
+  let fullyRandom = true;
+  if (c.f.rules.mode === 'iptables') {
+    const chain = live.nat?.chains.get(CHAIN_NAMES.agent.chain);
+    if (chain) {
+      returns = chain.filter((r) => r.target === 'RETURN' && r.unknown.length === 0 && r.conds.length === 1 && r.conds[0]!.kind === 'dst' && !r.conds[0]!.negate).map((r) => (r.conds[0] as { net: IPNet }).net);
+      const masq = chain.find((r) => r.target === 'MASQUERADE');
+      if (masq) fullyRandom = masq.text.includes('--random-fully');
+    }
+  } else if (live.nft) {
+    const rules = parseNftChain(live.nft, CHAIN_NAMES.agent.nftChain, family);
+    if (rules) {
+      returns = rules.filter((r) => r.verdict === 'RETURN' && r.conds?.length === 1 && r.conds[0]!.kind === 'dst' && !r.conds[0]!.negate).map((r) => (r.conds![0] as { net: IPNet }).net);
+      const masq = rules.find((r) => r.verdict === 'MASQUERADE');
+      if (masq) fullyRandom = masq.fullyRandom;
+    }
+  }
+  const linkLocal = LINK_LOCAL[family];
+  const configured = (returns ?? []).filter((n) => !n.equals(network) && !n.equals(linkLocal));
+  const masqLinkLocal = returns !== null && !returns.some((n) => n.equals(linkLocal));
+  const rules = agentRules(network, { nonMasqueradeCIDRs: configured, masqLinkLocal, masqLinkLocalIPv6: masqLinkLocal }, fullyRandom);
+  return { spec: { family, kind: 'agent', rules }, returns };
 }
 
 function addRuleHops(c: Context, hops: Hop[], srcCls: AddressClass, dstCls: AddressClass, r: Extract<RouteLookup, { ok: true }>, forwarded: boolean): void {
@@ -508,73 +870,20 @@ function addRuleHops(c: Context, hops: Hop[], srcCls: AddressClass, dstCls: Addr
   }
   const live = readLive(c);
   const input = [{ network: c.network, subnet: c.subnet }];
+  const agentMode = c.f.env?.ipMasqMode === 'agent';
   const masqEnabled = c.f.env?.ipMasq ?? null;
   // Only the daemon knows --iptables-forward-rules; a chain that is there says "on", a missing one proves nothing.
   const fwdPresent = c.f.rules.mode === 'iptables' ? live.filterSave?.chains.has(CHAIN_NAMES.forward.chain) : live.nft?.chains.some((x) => x.name === CHAIN_NAMES.forward.nftChain);
   const fwdEnabled = c.f.rules.forwardRules ?? (fwdPresent ? true : null);
-  const specs = desiredChains({ families: input, masq: masqEnabled !== false, forward: fwdEnabled !== false, fullyRandom: live.fullyRandom });
-  const masqSpec = masqEnabled === false ? null : (specs.find((s) => s.kind === 'masq') ?? null);
+  const specs = desiredChains({ families: input, masq: !agentMode && masqEnabled !== false, forward: fwdEnabled !== false, fullyRandom: live.fullyRandom });
+  const masqSpec = agentMode || masqEnabled === false ? null : (specs.find((s) => s.kind === 'masq') ?? null);
+  const agent = agentMode ? agentModel(c, live, c.network) : null;
   const fwdSpec = fwdEnabled === false ? null : (specs.find((s) => s.kind === 'forward') ?? null);
-  const nftWant = [masqSpec, fwdSpec].filter((s): s is ChainSpec => s !== null);
-  const packet: RulePacket = { src: c.f.packet.src, dst: c.f.packet.dst, proto: c.f.packet.proto, dport: c.f.packet.dport, iif: c.f.ingress, oif: r.device, mark: 0 };
+  const nftWant = [masqSpec, agent?.spec ?? null, fwdSpec].filter((s): s is ChainSpec => s !== null);
+  const packet: RulePacket = { src: c.f.packet.src, dst: c.f.packet.dst, proto: c.f.packet.proto, dport: c.f.packet.dport, iif: c.f.ingress, oif: r.device, mark: 0, dstLocal: false };
 
-  // Masquerade.
-  {
-    const rules = masqRules(c.network, c.subnet, IPNet.parse(MULTICAST[c.family]), live.fullyRandom);
-    const m = firstModelMatch(rules, packet);
-    const check = liveCheck(c, live, 'masq', masqSpec, nftWant);
-    const decision = liveDecision(c, live, packet, c.network, c.subnet);
-    const verdict = m ? (m.rule.verdict as 'MASQUERADE' | 'RETURN') : 'none';
-    const toSource = c.firstAddress(r.device);
-    const inCluster = (cls: AddressClass) => cls === 'local-pod' || cls === 'remote-pod' || cls === 'cluster';
-    const problems: string[] = [];
-    const nat = decision.verdict === 'MASQUERADE' || decision.verdict === 'SNAT';
-    if (nat && inCluster(srcCls) && inCluster(dstCls)) {
-      problems.push(`masquerade would hide pod IP ${c.f.packet.src.toString()} from ${c.f.packet.dst.toString()} inside the cluster (${decision.label})`);
-    }
-    if (masqEnabled !== false && check.problems.length > 0) problems.push(`live rules differ from the model: ${check.problems.join('; ')}`);
-    else if (masqEnabled !== false && decision.verdict !== 'unknown' && (verdict === 'MASQUERADE') !== nat) {
-      problems.push(`the model says ${verdict === 'MASQUERADE' ? 'masquerade' : 'no masquerade'} but the live rules ${nat ? `masquerade (${decision.label})` : 'do not'}`);
-    }
-    let summary: string;
-    const chain = chainLabel(c, 'masq');
-    let leftover = false;
-    if (masqEnabled === false) {
-      leftover = check.problems.length > 0;
-      summary = `masquerade is off (FLANNEL_IPMASQ=false)`;
-      if (leftover) summary += `, but weft's masquerade rules are still there (${check.problems.join('; ')})`;
-      if (nat) summary += `; the live rules NAT it (${decision.label})`;
-    } else if (m && verdict === 'MASQUERADE') {
-      summary = `masqueraded${toSource ? ` to ${toSource.toString()}` : ''} by rule ${m.index} of ${chain}: ${modelRuleText(c, 'masq', m.rule)}`;
-    } else if (m) {
-      summary = `not masqueraded: rule ${m.index} of ${chain} returns: ${modelRuleText(c, 'masq', m.rule)}`;
-    } else {
-      summary = `not masqueraded: no rule of ${chain} matches`;
-    }
-    if (masqEnabled !== false) summary += ` (live: ${check.state})`;
-    if (problems.length > 0) summary += `; ${problems.join('; ')}`;
-    hops.push({
-      kind: 'masquerade',
-      status: problems.length > 0 ? 'broken' : leftover ? 'warning' : 'ok',
-      summary,
-      evidence: {
-        mode: c.f.rules.mode,
-        enabled: masqEnabled,
-        verdict: masqEnabled === false ? 'none' : verdict,
-        chain,
-        rule: masqEnabled === false ? null : (m?.index ?? null),
-        ruleText: masqEnabled === false || !m ? null : modelRuleText(c, 'masq', m.rule),
-        live: masqEnabled === false ? 'not-applicable' : check.state,
-        liveProblems: check.problems,
-        liveVerdict: decision.verdict,
-        liveChain: decision.chain,
-        liveRule: decision.index,
-        liveRuleText: decision.text,
-        unevaluated: decision.unevaluated,
-        toSource: toSource ? toSource.toString() : null,
-      },
-    });
-  }
+  if (agent) agentMasqHop(c, hops, live, agent, nftWant, packet, srcCls, dstCls, r);
+  else flannelMasqHop(c, hops, live, masqSpec, nftWant, packet, srcCls, dstCls, r, masqEnabled);
 
   // Forward.
   if (forwarded) {
@@ -606,6 +915,169 @@ function addRuleHops(c: Context, hops: Hop[], srcCls: AddressClass, dstCls: Addr
   }
 }
 
+const inCluster = (cls: AddressClass) => cls === 'local-pod' || cls === 'remote-pod' || cls === 'cluster';
+
+/** flannel's --ip-masq chain (FLANNEL-POSTRTG / postrtg). */
+function flannelMasqHop(
+  c: Context,
+  hops: Hop[],
+  live: LiveRules,
+  masqSpec: ChainSpec | null,
+  nftWant: readonly ChainSpec[],
+  packet: RulePacket,
+  srcCls: AddressClass,
+  dstCls: AddressClass,
+  r: Extract<RouteLookup, { ok: true }>,
+  masqEnabled: boolean | null,
+): void {
+  const network = c.network!;
+  const subnet = c.subnet!;
+  const rules = masqRules(network, subnet, IPNet.parse(MULTICAST[c.family]), live.fullyRandom);
+  const m = firstModelMatch(rules, packet);
+  const check = liveCheck(c, live, 'masq', masqSpec, nftWant, ['agent']);
+  const decision = liveDecision(c, live, packet, network, subnet, 'masq');
+  const verdict = m ? (m.rule.verdict as 'MASQUERADE' | 'RETURN') : 'none';
+  const toSource = c.firstAddress(r.device);
+  const problems: string[] = [];
+  const nat = decision.verdict === 'MASQUERADE' || decision.verdict === 'SNAT';
+  if (nat && inCluster(srcCls) && inCluster(dstCls)) {
+    problems.push(`masquerade would hide pod IP ${c.f.packet.src.toString()} from ${c.f.packet.dst.toString()} inside the cluster (${decision.label})`);
+  }
+  if (masqEnabled !== false && check.problems.length > 0) problems.push(`live rules differ from the model: ${check.problems.join('; ')}`);
+  else if (masqEnabled !== false && decision.verdict !== 'unknown' && (verdict === 'MASQUERADE') !== nat) {
+    problems.push(`the model says ${verdict === 'MASQUERADE' ? 'masquerade' : 'no masquerade'} but the live rules ${nat ? `masquerade (${decision.label})` : 'do not'}`);
+  }
+  let summary: string;
+  const chain = chainLabel(c, 'masq');
+  let leftover = false;
+  if (masqEnabled === false) {
+    leftover = check.problems.length > 0;
+    summary = `masquerade is off (FLANNEL_IPMASQ=false)`;
+    if (leftover) summary += `, but weft's masquerade rules are still there (${check.problems.join('; ')})`;
+    if (nat) summary += `; the live rules NAT it (${decision.label})`;
+  } else if (m && verdict === 'MASQUERADE') {
+    summary = `masqueraded${toSource ? ` to ${toSource.toString()}` : ''} by rule ${m.index} of ${chain}: ${modelRuleText(c, 'masq', m.rule)}`;
+  } else if (m) {
+    summary = `not masqueraded: rule ${m.index} of ${chain} returns: ${modelRuleText(c, 'masq', m.rule)}`;
+  } else {
+    summary = `not masqueraded: no rule of ${chain} matches`;
+  }
+  if (masqEnabled !== false) summary += ` (live: ${check.state})`;
+  if (problems.length > 0) summary += `; ${problems.join('; ')}`;
+  hops.push({
+    kind: 'masquerade',
+    status: problems.length > 0 ? 'broken' : leftover ? 'warning' : 'ok',
+    summary,
+    evidence: {
+      mode: c.f.rules.mode,
+      ipMasqMode: 'flannel',
+      nonMasqueradeCIDRs: null,
+      matchedCIDR: null,
+      enabled: masqEnabled,
+      verdict: masqEnabled === false ? 'none' : verdict,
+      chain,
+      rule: masqEnabled === false ? null : (m?.index ?? null),
+      ruleText: masqEnabled === false || !m ? null : modelRuleText(c, 'masq', m.rule),
+      live: masqEnabled === false ? 'not-applicable' : check.state,
+      liveProblems: check.problems,
+      liveVerdict: decision.verdict,
+      liveChain: decision.chain,
+      liveRule: decision.index,
+      liveRuleText: decision.text,
+      unevaluated: decision.unevaluated,
+      toSource: toSource ? toSource.toString() : null,
+    },
+  });
+}
+
+/**
+ * ip-masq-agent mode (WEFT_IPMASQ=agent): WEFT-IP-MASQ returns for link-local, the cluster network and
+ * each nonMasqueradeCIDR, and masquerades the rest; only non-local destinations enter it.
+ */
+function agentMasqHop(
+  c: Context,
+  hops: Hop[],
+  live: LiveRules,
+  agent: AgentModel,
+  nftWant: readonly ChainSpec[],
+  packet: RulePacket,
+  srcCls: AddressClass,
+  dstCls: AddressClass,
+  r: Extract<RouteLookup, { ok: true }>,
+): void {
+  const network = c.network!;
+  const dst = c.f.packet.dst;
+  const chain = chainLabel(c, 'agent');
+  const check = liveCheck(c, live, 'agent', agent.spec, nftWant, ['masq']);
+  const decision = liveDecision(c, live, packet, network, c.subnet!, 'agent');
+  const m = firstModelMatch(agent.spec.rules, packet);
+  // The nft chain starts with "fib daddr type local return" (the iptables jump carries that test instead).
+  const offset = c.f.rules.mode === 'nftables' ? 1 : 0;
+  const verdict = m ? (m.rule.verdict as 'MASQUERADE' | 'RETURN') : 'none';
+  const matchNet = m?.rule.matches[0]?.kind === 'dst' ? m.rule.matches[0].net : null;
+  const toSource = c.firstAddress(r.device);
+  const nat = decision.verdict === 'MASQUERADE' || decision.verdict === 'SNAT';
+  const problems: string[] = [];
+  const notes: string[] = [];
+  let summary: string;
+  if (agent.returns === null) {
+    summary = `ip-masq-agent mode (WEFT_IPMASQ=agent), but ${chain} is missing: weft masquerades nothing, and the nonMasqueradeCIDRs of weftd's --ip-masq-config file are unknown here`;
+    if (check.problems.length > 0) problems.push(`live rules differ from the model: ${check.problems.join('; ')}`);
+  } else {
+    const what = !matchNet
+      ? null
+      : matchNet.equals(network)
+        ? `the cluster network ${matchNet.toString()}`
+        : matchNet.equals(LINK_LOCAL[c.family])
+          ? `link-local ${matchNet.toString()}`
+          : `nonMasqueradeCIDR ${matchNet.toString()}`;
+    if (m && verdict === 'MASQUERADE') {
+      summary = `masqueraded${toSource ? ` to ${toSource.toString()}` : ''} by rule ${m.index + offset} of ${chain}: ${modelRuleText(c, 'agent', m.rule)}: ${dst.toString()} is in none of its ${agent.returns.length} non-masquerade CIDRs`;
+    } else if (m) {
+      summary = `not masqueraded: ${dst.toString()} is in ${String(what)}: rule ${m.index + offset} of ${chain} returns: ${modelRuleText(c, 'agent', m.rule)}`;
+    } else {
+      summary = `not masqueraded: no rule of ${chain} matches`;
+    }
+    summary += ` (ip-masq-agent mode, live: ${check.state})`;
+    if (check.problems.length > 0) problems.push(`live rules differ from the model: ${check.problems.join('; ')}`);
+    else if (decision.verdict !== 'unknown' && (verdict === 'MASQUERADE') !== nat) {
+      problems.push(`the chain says ${verdict === 'MASQUERADE' ? 'masquerade' : 'no masquerade'} but the live rules ${nat ? `masquerade (${decision.label})` : 'do not'}`);
+    }
+  }
+  if (nat && inCluster(srcCls) && inCluster(dstCls)) {
+    problems.push(`masquerade would hide pod IP ${c.f.packet.src.toString()} from ${dst.toString()} inside the cluster (${decision.label})`);
+  }
+  if (c.f.rules.mode === 'iptables' && live.natSave?.chains.has(FOREIGN_AGENT_CHAIN)) {
+    notes.push(`a real ip-masq-agent's chain ${FOREIGN_AGENT_CHAIN} is there too (it runs before or after weft's, whichever jump comes first)`);
+  }
+  if (problems.length > 0) summary += `; ${problems.join('; ')}`;
+  if (notes.length > 0) summary += `; ${notes.join('; ')}`;
+  hops.push({
+    kind: 'masquerade',
+    status: problems.length > 0 ? 'broken' : notes.length > 0 ? 'warning' : 'ok',
+    summary,
+    evidence: {
+      mode: c.f.rules.mode,
+      ipMasqMode: 'agent',
+      nonMasqueradeCIDRs: agent.returns ? agent.returns.map((n) => n.toString()) : null,
+      matchedCIDR: verdict === 'RETURN' && matchNet ? matchNet.toString() : null,
+      enabled: c.f.env?.ipMasq ?? null,
+      verdict,
+      chain,
+      rule: m ? m.index + offset : null,
+      ruleText: m ? modelRuleText(c, 'agent', m.rule) : null,
+      live: check.state,
+      liveProblems: check.problems,
+      liveVerdict: decision.verdict,
+      liveChain: decision.chain,
+      liveRule: decision.index,
+      liveRuleText: decision.text,
+      unevaluated: decision.unevaluated,
+      toSource: toSource ? toSource.toString() : null,
+    },
+  });
+}
+
 interface LiveDecision {
   readonly verdict: MasqueradeEvidence['liveVerdict'];
   readonly chain: string | null;
@@ -615,8 +1087,11 @@ interface LiveDecision {
   readonly unevaluated: string[];
 }
 
-/** What the live rules do: nat POSTROUTING (iptables, whoever wrote it), then weft's nft table in nftables mode. */
-function liveDecision(c: Context, live: LiveRules, p: RulePacket, network: IPNet, subnet: IPNet): LiveDecision {
+/**
+ * What the live rules do: nat POSTROUTING (iptables, whoever wrote it), then weft's nft chain in
+ * nftables mode (`kind`: flannel's postrtg, or ip-masq-agent mode's chain).
+ */
+function liveDecision(c: Context, live: LiveRules, p: RulePacket, network: IPNet, subnet: IPNet, kind: 'masq' | 'agent'): LiveDecision {
   const unevaluated: string[] = [];
   const nft = c.f.rules.mode === 'nftables';
   const of = (verdict: LiveDecision['verdict'], chain: string | null, index: number | null, text: string | null): LiveDecision => ({
@@ -636,10 +1111,17 @@ function liveDecision(c: Context, live: LiveRules, p: RulePacket, network: IPNet
     if (!nft || verdict === 'MASQUERADE' || verdict === 'SNAT') return of(verdict, rule?.chain ?? null, rule?.index ?? null, rule?.text ?? null);
   }
   if (nft && live.nft) {
+    const chain = chainLabel(c, kind);
+    if (kind === 'agent') {
+      const rules = parseNftChain(live.nft, CHAIN_NAMES.agent.nftChain, c.family) ?? [];
+      const d = evalNftRules(rules, p);
+      unevaluated.push(...d.unevaluated.map((i) => `rule ${i} of ${chain}`));
+      const verdict = d.verdict === 'MASQUERADE' ? 'MASQUERADE' : d.verdict === 'RETURN' ? 'RETURN' : 'none';
+      return of(verdict, d.rule ? chain : null, d.rule?.index ?? null, d.rule?.text ?? null);
+    }
     const multicast = IPNet.parse(MULTICAST[c.family]);
     const candidates = [true, false].flatMap((fr) => masqRules(network, subnet, multicast, fr));
     const d = evalNftChain(live.nft, CHAIN_NAMES.masq.nftChain, c.family, candidates, p);
-    const chain = chainLabel(c, 'masq');
     unevaluated.push(...d.unevaluated.map((i) => `rule ${i} of ${chain}`));
     const verdict = d.verdict === 'MASQUERADE' ? 'MASQUERADE' : d.verdict === 'RETURN' ? 'RETURN' : 'none';
     return of(verdict, d.index !== null ? chain : null, d.index, d.rule ? ruleText(c.family, d.rule) : null);
@@ -648,11 +1130,15 @@ function liveDecision(c: Context, live: LiveRules, p: RulePacket, network: IPNet
 }
 
 function emptyMasq(c: Context): MasqueradeEvidence {
+  const agent = c.f.env?.ipMasqMode === 'agent';
   return {
     mode: c.f.rules.mode,
+    ipMasqMode: agent ? 'agent' : 'flannel',
+    nonMasqueradeCIDRs: null,
+    matchedCIDR: null,
     enabled: c.f.env?.ipMasq ?? null,
     verdict: 'none',
-    chain: chainLabel(c, 'masq'),
+    chain: chainLabel(c, agent ? 'agent' : 'masq'),
     rule: null,
     ruleText: null,
     live: 'unknown',

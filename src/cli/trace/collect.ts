@@ -1,8 +1,11 @@
 // Gathers what `weft trace` needs from the node it runs on (its network namespace): subnet.env,
 // the leases (etcd, else the daemon's /status), links, addresses, neighbours and FDB entries
 // (netlink dumps), the kernel's route decisions (`ip -j route get`, plain and fibmatch), the live
-// masquerade/forward rules (iptables-save, nft -j) and the forwarding sysctl.
+// masquerade/forward rules (iptables-save, nft -j) and the forwarding sysctl; on an ovs node also
+// the bridge's pod ports (OVSDB) and one `ovs-appctl ofproto/trace` of the packet.
 import { readFile } from 'node:fs/promises';
+import { GATEWAY_PORT_NAME, listPodInterfaces, TUNNEL_PORT_NAME } from '../../backend/ovs/bridge.js';
+import { GATEWAY_OFPORT, gatewayOf, macFromIP, TUNNEL_OFPORT } from '../../backend/ovs/pipeline.js';
 import type { RulesMode } from '../../ipmasq/keeper.js';
 import { xtablesCommands } from '../../ipmasq/iptables.js';
 import { nftTable } from '../../ipmasq/nftables.js';
@@ -13,11 +16,13 @@ import { EtcdSubnetManager } from '../../subnet/etcd/manager.js';
 import type { EtcdConnectOptions } from '../../subnet/etcd/registry.js';
 import type { NetworkConfig } from '../../subnet/config.js';
 import type { Lease } from '../../subnet/lease.js';
+import { DEFAULT_OVS_RUNDIR, OvsClient } from '../../ovs/cli.js';
 import { CommandError, runCommand } from '../../util/exec.js';
 import { IPAddr, IPNet, type Family } from '../../util/ip.js';
 import { createLogger } from '../../util/log.js';
 import { fetchStatus } from '../status.js';
-import type { ConfigFacts, LeaseSource, Packet, RouteLookup, RuleFacts, SubnetEnvFacts, TraceFacts } from './types.js';
+import { ovsEntry, planOvsTrace } from './ovs.js';
+import type { ConfigFacts, LeaseSource, OvsFacts, OvsTraceFacts, Packet, RouteLookup, RuleFacts, SubnetEnvFacts, TraceFacts } from './types.js';
 
 /** Runs a program with an argument array; resolves with stdout. Injected by tests. */
 export type Runner = (command: string, args: readonly string[]) => Promise<string>;
@@ -59,6 +64,7 @@ export function parseSubnetEnvFacts(text: string): SubnetEnvFacts {
   const value = (key: string): string | null => new RegExp(`^${key}=(.*)$`, 'm').exec(text)?.[1]?.trim() ?? null;
   const mtu = Number(value('FLANNEL_MTU'));
   const masq = value('FLANNEL_IPMASQ');
+  const nonEmpty = (key: string): string | null => value(key) || null;
   return {
     network: nets.network,
     subnet: nets.subnet,
@@ -66,6 +72,11 @@ export function parseSubnetEnvFacts(text: string): SubnetEnvFacts {
     ipv6Subnet: nets.ipv6Subnet,
     mtu: Number.isInteger(mtu) && mtu > 0 ? mtu : null,
     ipMasq: masq === 'true' ? true : masq === 'false' ? false : null,
+    ipMasqMode: value('WEFT_IPMASQ') === 'agent' ? 'agent' : null,
+    backend: nonEmpty('WEFT_BACKEND'),
+    ovsBridge: nonEmpty('WEFT_OVS_BRIDGE'),
+    ovsRunDir: nonEmpty('WEFT_OVS_RUNDIR'),
+    ovsDatapath: nonEmpty('WEFT_OVS_DATAPATH'),
   };
 }
 
@@ -211,6 +222,88 @@ async function readRules(run: Runner, family: Family, known: { mode: RulesMode; 
   return { mode, modeSource: known?.source ?? 'detected', iptablesNat, iptablesFilter, nft, forwardRules, errors };
 }
 
+function vniOf(l: Lease | null): number | null {
+  const data = l?.attrs.backendData;
+  if (!data || typeof data !== 'object' || Array.isArray(data)) return null;
+  return typeof data.VNI === 'number' && Number.isInteger(data.VNI) ? data.VNI : null;
+}
+
+interface OvsInput {
+  readonly packet: Packet;
+  readonly env: SubnetEnvFacts | null;
+  readonly subnet: IPNet | null;
+  readonly ownLease: Lease | null;
+  readonly leases: readonly Lease[];
+  readonly srcIsNode: boolean;
+  readonly route: RouteLookup;
+  readonly neighbours: TraceFacts['neighbours'];
+  readonly links: readonly LinkInfo[];
+}
+
+/**
+ * The bridge's pod ports and actual tunnel/gateway ofports from OVSDB, and one
+ * `ovs-appctl ofproto/trace` of the packet where it meets the bridge (OVS_RUNDIR from subnet.env).
+ * Nothing here throws: what cannot be read is said in `error`.
+ */
+async function collectOvs(i: OvsInput): Promise<OvsFacts> {
+  const bridge = i.env?.ovsBridge ?? 'br-int';
+  const runDir = i.env?.ovsRunDir ?? DEFAULT_OVS_RUNDIR;
+  // Short timeouts: a node whose OVS hangs should still get its trace.
+  const client = new OvsClient({ runDir, timeoutSeconds: 5 });
+  const gwLink = i.links.find((l) => l.name === GATEWAY_PORT_NAME) ?? null;
+  const gatewayMac = gwLink?.mac ?? (i.subnet ? macFromIP(gatewayOf(i.subnet)) : null);
+  const srcLease = i.leases.find((l) => l !== i.ownLease && l.subnet?.contains(i.packet.src)) ?? null;
+  const vni = vniOf(i.ownLease);
+  const base = { bridge, runDir, datapath: i.env?.ovsDatapath ?? null, gatewayMac, vni };
+  let pods: OvsFacts['pods'] = null;
+  let tunnelPort = TUNNEL_OFPORT;
+  let gatewayPort = GATEWAY_OFPORT;
+  let error: string | null = null;
+  try {
+    const ofport = async (iface: string, fallback: number): Promise<number> => {
+      const n = Number((await client.vsctl(['--if-exists', 'get', 'interface', iface, 'ofport'])).trim());
+      return Number.isInteger(n) && n > 0 ? n : fallback;
+    };
+    const [p, t, g] = await Promise.all([listPodInterfaces(client, bridge), ofport(TUNNEL_PORT_NAME, TUNNEL_OFPORT), ofport(GATEWAY_PORT_NAME, GATEWAY_OFPORT)]);
+    pods = p.map((x) => ({ name: x.name, ofport: x.ofport, ip: x.ip, mac: x.mac, containerId: x.containerId }));
+    [tunnelPort, gatewayPort] = [t, g];
+  } catch (e) {
+    error = (e as Error).message;
+  }
+  const entryInput = { packet: i.packet, srcIsNode: i.srcIsNode, subnet: i.subnet, srcLease, route: i.route, gatewayDevice: GATEWAY_PORT_NAME };
+  const entry = ovsEntry(entryInput);
+  let trace: OvsTraceFacts | null = null;
+  if (entry && pods && !gatewayMac) {
+    trace = { entry, inPort: null, inPortName: null, flow: null, note: null, output: null, error: `no ${GATEWAY_PORT_NAME} device and no subnet: the gateway's MAC is unknown` };
+  } else if (entry && pods && gatewayMac) {
+    const plan = planOvsTrace({
+      ...entryInput,
+      entry,
+      publicIP: i.ownLease?.attrs.publicIP ?? null,
+      pods,
+      gatewayMac,
+      tunnelPort,
+      gatewayPort,
+      // A peer's VNI is as good as ours (weft skips peers whose VNI differs); 1 is the backend's default.
+      vni: vni ?? vniOf(srcLease) ?? 1,
+      neighbours: i.neighbours,
+    });
+    let output: string | null = null;
+    let traceError = plan.error;
+    if (plan.flow) {
+      try {
+        output = await client.appctl(['ofproto/trace', bridge, plan.flow]);
+      } catch (e) {
+        traceError = (e as Error).message;
+      }
+    }
+    trace = { entry, inPort: plan.inPort, inPortName: plan.inPortName, flow: plan.flow, note: plan.note, output, error: traceError };
+  } else if (entry) {
+    trace = { entry, inPort: null, inPortName: null, flow: null, note: null, output: null, error };
+  }
+  return { ...base, tunnelPort, gatewayPort, pods, trace, error };
+}
+
 export async function collectFacts(opts: CollectOptions): Promise<TraceFacts> {
   const run = opts.runner ?? defaultRunner;
   const { packet } = opts;
@@ -321,6 +414,26 @@ export async function collectFacts(opts: CollectOptions): Promise<TraceFacts> {
     const rules = await readRules(run, family, known, status ? status.ipmasq.forwardRules : null);
     notes.push(...rules.errors);
 
+    const ownLease =
+      (ownSubnet ? leases.find((l) => (family === 4 ? l.subnet : l.ipv6Subnet)?.equals(ownSubnet)) : undefined) ??
+      leases.find((l) => isLocal(l.attrs.publicIP)) ??
+      null;
+    const backend = ownLease?.attrs.backendType ?? env?.backend ?? status?.backend?.type ?? config?.backendType ?? null;
+    const ovs =
+      backend === 'ovs' && family === 4
+        ? await collectOvs({
+            packet,
+            env,
+            subnet: ownSubnet,
+            ownLease,
+            leases,
+            srcIsNode: isLocal(packet.src),
+            route,
+            neighbours,
+            links,
+          })
+        : null;
+
     return {
       packet,
       subnetFile: opts.subnetFile,
@@ -339,6 +452,7 @@ export async function collectFacts(opts: CollectOptions): Promise<TraceFacts> {
       bridge,
       rules,
       ipForward: await readForwarding(family),
+      ovs,
       notes,
     };
   } finally {

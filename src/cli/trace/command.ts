@@ -1,6 +1,6 @@
 // `weft trace <src-ip> <dst-ip>`: the path of one packet through this node. Exit 0 when every hop
-// is fine, 1 when a hop is broken, 3 when part of the path cannot be traced (ovs), 2 for bad
-// arguments or when the node cannot be read at all.
+// is fine, 1 when a hop is broken, 3 when part of the path cannot be traced (IPv6 on an ovs node),
+// 2 for bad arguments or when the node cannot be read at all.
 import type { EtcdConnectOptions } from '../../subnet/etcd/registry.js';
 import { IPAddr } from '../../util/ip.js';
 import { analyze } from './analyze.js';

@@ -16,6 +16,8 @@ export interface RulePacket {
   readonly iif: string | null;
   readonly oif: string | null;
   readonly mark: number;
+  /** The destination is one of this node's addresses (`-m addrtype --dst-type LOCAL`, `fib daddr type local`). */
+  readonly dstLocal?: boolean;
 }
 
 function matchModel(m: Match, p: RulePacket): boolean {
@@ -41,7 +43,8 @@ type XtCond =
   | { readonly kind: 'iif' | 'oif'; readonly name: string; readonly negate: boolean }
   | { readonly kind: 'proto'; readonly proto: string; readonly negate: boolean }
   | { readonly kind: 'dport'; readonly from: number; readonly to: number; readonly negate: boolean }
-  | { readonly kind: 'mark'; readonly value: number; readonly mask: number; readonly negate: boolean };
+  | { readonly kind: 'mark'; readonly value: number; readonly mask: number; readonly negate: boolean }
+  | { readonly kind: 'dstLocal'; readonly negate: boolean };
 
 export interface XtRule {
   readonly chain: string;
@@ -73,7 +76,7 @@ function parseNumber(text: string): number | null {
 }
 
 /** Modules whose options this evaluator reads (or can ignore: comment). */
-const KNOWN_MODULES = new Set(['comment', 'mark', 'tcp', 'udp', 'icmp', 'icmp6', 'ipv6-icmp']);
+const KNOWN_MODULES = new Set(['comment', 'mark', 'tcp', 'udp', 'icmp', 'icmp6', 'ipv6-icmp', 'addrtype']);
 
 export function parseXtRule(line: string, index: number): XtRule | null {
   const tokens = splitRuleArgs(line);
@@ -138,6 +141,12 @@ export function parseXtRule(line: string, index: number): XtRule | null {
       const mask = m === undefined ? 0xffffffff : parseNumber(m);
       if (val === null || mask === null) unknown.push(`--mark ${value()}`);
       else conds.push({ kind: 'mark', value: val, mask, negate: neg });
+      i += 2;
+      continue;
+    }
+    // addrtype: only the destination-is-local test (ip-masq-agent's jump); other types stay unknown.
+    if (!inUnknownModule && t === '--dst-type' && value() === 'LOCAL') {
+      conds.push({ kind: 'dstLocal', negate: neg });
       i += 2;
       continue;
     }
@@ -212,6 +221,9 @@ function condMatches(c: XtCond, p: RulePacket): boolean {
       break;
     case 'mark':
       hit = ((p.mark & c.mask) >>> 0) === c.value;
+      break;
+    case 'dstLocal':
+      hit = p.dstLocal === true;
       break;
   }
   return hit !== c.negate;
@@ -305,4 +317,120 @@ export function evalNftChain(listed: ListedTable, chain: string, family: Family,
     if (rule.matches.every((m) => matchModel(m, p))) return { verdict: rule.verdict, index: i + 1, rule, unevaluated };
   }
   return { verdict: 'none', index: null, rule: null, unevaluated };
+}
+
+// ---------------------------------------------------------------------------------------------
+// A chain of weft's nftables table read rule by rule (for ip-masq-agent mode, whose CIDRs come from a
+// config file trace cannot see: the listed rules are the only statement of them).
+
+type NftCond =
+  | { readonly kind: 'src' | 'dst'; readonly net: IPNet; readonly negate: boolean }
+  | { readonly kind: 'dstLocal' };
+
+export interface NftRule {
+  /** 1-based position in the listed chain. */
+  readonly index: number;
+  /** null: a rule whose expressions this reader does not know (not evaluated). */
+  readonly conds: readonly NftCond[] | null;
+  readonly verdict: 'MASQUERADE' | 'RETURN' | 'ACCEPT' | null;
+  readonly fullyRandom: boolean;
+  /** nft's text form, rebuilt from the expressions. */
+  readonly text: string;
+}
+
+function isObj(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function nftNet(right: unknown, family: Family): IPNet | null {
+  if (typeof right === 'string') {
+    const ip = IPAddr.tryParse(right);
+    return ip && ip.family === family ? IPNet.of(ip, ip.bits) : null;
+  }
+  if (isObj(right) && isObj(right.prefix) && typeof right.prefix.addr === 'string' && typeof right.prefix.len === 'number') {
+    const n = IPNet.tryParse(`${right.prefix.addr}/${right.prefix.len}`);
+    return n && n.family === family ? n : null;
+  }
+  return null;
+}
+
+/** One listed rule: address matches, `fib daddr type local`, and masquerade/return/accept; anything else is unknown. */
+export function parseNftRule(expr: readonly unknown[], index: number, family: Family): NftRule {
+  const conds: NftCond[] = [];
+  const texts: string[] = [];
+  let verdict: NftRule['verdict'] = null;
+  let fullyRandom = false;
+  let known = true;
+  const proto = family === 4 ? 'ip' : 'ip6';
+  for (const e of expr) {
+    if (!isObj(e)) {
+      known = false;
+      continue;
+    }
+    const m = e.match;
+    if (isObj(m) && (m.op === '==' || m.op === '!=')) {
+      const left = m.left;
+      if (isObj(left) && isObj(left.payload) && (left.payload.field === 'saddr' || left.payload.field === 'daddr')) {
+        const net = nftNet(m.right, family);
+        if (net) {
+          const kind = left.payload.field === 'saddr' ? 'src' : 'dst';
+          conds.push({ kind, net, negate: m.op === '!=' });
+          texts.push(`${proto} ${String(left.payload.field)} ${m.op === '!=' ? '!= ' : ''}${net.prefix === net.bits ? net.ip.toString() : net.toString()}`);
+          continue;
+        }
+      }
+      if (m.op === '==' && isObj(left) && isObj(left.fib) && left.fib.result === 'type' && Array.isArray(left.fib.flags) && left.fib.flags.length === 1 && left.fib.flags[0] === 'daddr' && m.right === 'local') {
+        conds.push({ kind: 'dstLocal' });
+        texts.push('fib daddr type local');
+        continue;
+      }
+      known = false;
+      continue;
+    }
+    if ('masquerade' in e) {
+      verdict = 'MASQUERADE';
+      fullyRandom = JSON.stringify(e.masquerade ?? null).includes('fully-random');
+      texts.push(fullyRandom ? 'masquerade fully-random' : 'masquerade');
+      continue;
+    }
+    if ('return' in e || 'accept' in e) {
+      verdict = 'return' in e ? 'RETURN' : 'ACCEPT';
+      texts.push(verdict.toLowerCase());
+      continue;
+    }
+    known = false;
+  }
+  if (!known || verdict === null) return { index, conds: null, verdict: null, fullyRandom, text: `${texts.join(' ')} (+ expressions trace does not read)`.trim() };
+  return { index, conds, verdict, fullyRandom, text: texts.join(' ') };
+}
+
+export function parseNftChain(listed: ListedTable, chain: string, family: Family): NftRule[] | null {
+  const rules = listed.rules.get(chain);
+  if (!rules && !listed.chains.some((c) => c.name === chain)) return null;
+  return (rules ?? []).map((expr, i) => parseNftRule(expr, i + 1, family));
+}
+
+function nftCondMatches(c: NftCond, p: RulePacket): boolean {
+  if (c.kind === 'dstLocal') return p.dstLocal === true;
+  return c.net.contains(c.kind === 'src' ? p.src : p.dst) !== c.negate;
+}
+
+export interface NftChainDecision {
+  readonly verdict: 'MASQUERADE' | 'RETURN' | 'ACCEPT' | 'none';
+  readonly rule: NftRule | null;
+  /** Positions of rules that could not be read; assumed not to match. */
+  readonly unevaluated: readonly number[];
+}
+
+/** The first rule of the chain that matches the packet (a base chain: its end is the policy, no NAT). */
+export function evalNftRules(rules: readonly NftRule[], p: RulePacket): NftChainDecision {
+  const unevaluated: number[] = [];
+  for (const r of rules) {
+    if (r.conds === null || r.verdict === null) {
+      unevaluated.push(r.index);
+      continue;
+    }
+    if (r.conds.every((c) => nftCondMatches(c, p))) return { verdict: r.verdict, rule: r, unevaluated };
+  }
+  return { verdict: 'none', rule: null, unevaluated };
 }

@@ -42,6 +42,14 @@ export interface SubnetEnvFacts {
   readonly ipv6Subnet: IPNet | null;
   readonly mtu: number | null;
   readonly ipMasq: boolean | null;
+  /** WEFT_IPMASQ: 'agent' when weftd runs with --ip-masq-config (chain WEFT-IP-MASQ instead of FLANNEL-POSTRTG). */
+  readonly ipMasqMode: 'agent' | null;
+  /** WEFT_BACKEND, e.g. "ovs". */
+  readonly backend: string | null;
+  /** WEFT_OVS_BRIDGE / WEFT_OVS_RUNDIR / WEFT_OVS_DATAPATH (ovs backend only). */
+  readonly ovsBridge: string | null;
+  readonly ovsRunDir: string | null;
+  readonly ovsDatapath: string | null;
 }
 
 export interface ConfigFacts {
@@ -67,6 +75,51 @@ export interface RuleFacts {
 }
 
 export type LeaseSource = 'etcd' | 'daemon' | 'none';
+
+/** Where a packet enters the ovs backend's bridge: a pod's port, the gateway port (the host), the tunnel port. */
+export type OvsEntry = 'pod' | 'gateway' | 'tunnel';
+
+/** A pod port of the bridge as OVSDB lists it (interface external_ids written by the CNI plugin). */
+export interface OvsPodPortFacts {
+  readonly name: string;
+  readonly ofport: number;
+  readonly ip: IPAddr;
+  readonly mac: string;
+  readonly containerId: string;
+}
+
+/** The one `ovs-appctl ofproto/trace` trace ran, or why it ran none. */
+export interface OvsTraceFacts {
+  readonly entry: OvsEntry;
+  /** null when no port could be chosen (then `error` says why). */
+  readonly inPort: number | null;
+  readonly inPortName: string | null;
+  /** The flow handed to ofproto/trace. */
+  readonly flow: string | null;
+  /** Said about the choice of the packet's headers, e.g. that a source no pod has is traced from another pod's port. */
+  readonly note: string | null;
+  /** ofproto/trace's output, verbatim. */
+  readonly output: string | null;
+  readonly error: string | null;
+}
+
+export interface OvsFacts {
+  readonly bridge: string;
+  readonly runDir: string;
+  readonly datapath: string | null;
+  readonly tunnelPort: number;
+  readonly gatewayPort: number;
+  /** The MAC of the gateway port (weft-gw0); null when the device is missing. */
+  readonly gatewayMac: string | null;
+  /** null when OVSDB could not be read. */
+  readonly pods: readonly OvsPodPortFacts[] | null;
+  /** The VNI the node's lease announces (the ovs backend's BackendData.VNI); null when unknown. */
+  readonly vni: number | null;
+  /** null: the packet does not pass through the bridge on this node (`error` empty) or OVS could not be read. */
+  readonly trace: OvsTraceFacts | null;
+  /** Why OVS could not be read (not running, wrong run dir), one line. */
+  readonly error: string | null;
+}
 
 /** Everything trace reads from the node, gathered once; the analysis is a pure function of this. */
 export interface TraceFacts {
@@ -95,6 +148,8 @@ export interface TraceFacts {
   readonly rules: RuleFacts;
   /** net.ipv4.ip_forward / net.ipv6.conf.all.forwarding; null when unreadable. */
   readonly ipForward: boolean | null;
+  /** The ovs backend's bridge and the trace through it; null on other backends. */
+  readonly ovs: OvsFacts | null;
   /** Things the collector could not read, said once each. */
   readonly notes: readonly string[];
 }
@@ -179,6 +234,12 @@ export type LiveState = 'present' | 'differs' | 'missing' | 'unknown' | 'not-app
 
 export interface MasqueradeEvidence {
   readonly mode: RulesMode;
+  /** flannel: --ip-masq (FLANNEL-POSTRTG / postrtg); agent: ip-masq-agent mode (WEFT-IP-MASQ / ip-masq-agent). */
+  readonly ipMasqMode: 'flannel' | 'agent';
+  /** agent mode: the destinations kept unmasqueraded, as the live chain lists them; null in flannel mode or when unreadable. */
+  readonly nonMasqueradeCIDRs: readonly string[] | null;
+  /** agent mode: the CIDR of nonMasqueradeCIDRs the destination is in; null when none (or flannel mode). */
+  readonly matchedCIDR: string | null;
   /** FLANNEL_IPMASQ from subnet.env; null when unknown. */
   readonly enabled: boolean | null;
   /** What the rule model decides: the first matching rule's verdict, or "none". */
@@ -213,6 +274,66 @@ export interface ForwardEvidence {
   readonly liveProblems: readonly string[];
 }
 
+export interface OvsTableStep {
+  readonly table: number;
+  /** The pipeline's name for the table ("spoof guard"), or "table N" for one weft does not use. */
+  readonly name: string;
+  /** The matching flow's match; null when no flow matched. */
+  readonly match: string | null;
+  readonly priority: number | null;
+  readonly cookie: string | null;
+  /** Whose flow it is, from the cookie: "node", "pod ofport N", "peer 10.244.2.0/24", "not weft's". */
+  readonly owner: string | null;
+  readonly actions: readonly string[];
+}
+
+export interface PipelineEvidence {
+  readonly bridge: string;
+  readonly datapath: string | null;
+  readonly runDir: string;
+  readonly entry: OvsEntry | null;
+  readonly inPort: number | null;
+  readonly inPortName: string | null;
+  /** The flow handed to `ovs-appctl ofproto/trace`. */
+  readonly flow: string | null;
+  /** The tables of the bridge the packet went through, in order. */
+  readonly tables: readonly OvsTableStep[];
+  readonly datapathActions: string | null;
+  /** ofproto/trace's output, verbatim. */
+  readonly trace: string | null;
+  readonly error: string | null;
+}
+
+export interface SpoofGuardEvidence {
+  readonly inPort: number;
+  readonly port: string | null;
+  /** pass / drop in table 10; not-reached: the packet was dropped before it. */
+  readonly verdict: 'pass' | 'drop' | 'not-reached';
+  /** What the port may send from (its pod's address and MAC); null for the gateway port (anything). */
+  readonly allowedIP: string | null;
+  readonly allowedMac: string | null;
+  readonly src: string;
+  readonly srcMac: string | null;
+}
+
+export interface OvsOutputEvidence {
+  readonly action: 'pod' | 'gateway' | 'tunnel' | 'drop' | 'other';
+  readonly outputPort: number | null;
+  readonly outputPortName: string | null;
+  /** drop: the table that dropped it. */
+  readonly droppedIn: number | null;
+  readonly tunnelDst: string | null;
+  readonly vni: number | null;
+  /** The destination lease and the public IP / VNI its tunnel should use. */
+  readonly lease: string | null;
+  readonly expectedTunnelDst: string | null;
+  readonly expectedVni: number | null;
+  /** null when not tunnelled or the destination's lease is unknown. */
+  readonly tunnelMatchesLease: boolean | null;
+  /** What ofproto/trace said about the tunnel output ("tunneling to 10.250.0.2 via br-phy", "native tunnel routing failed"). */
+  readonly tunnelNotes: readonly string[];
+}
+
 export interface BackendEvidence {
   readonly type: string;
   readonly supported: boolean;
@@ -236,6 +357,9 @@ export type Hop =
   | HopOf<'mtu', MtuEvidence>
   | HopOf<'masquerade', MasqueradeEvidence>
   | HopOf<'forward', ForwardEvidence>
+  | HopOf<'pipeline', PipelineEvidence>
+  | HopOf<'spoofguard', SpoofGuardEvidence>
+  | HopOf<'ovs-output', OvsOutputEvidence>
   | HopOf<'backend', BackendEvidence>;
 
 export type HopKind = Hop['kind'];
