@@ -95,13 +95,9 @@ export class LinkSetupError extends CniError {
   }
 }
 
-
-
 function batchError(r: IpBatchResult, lines: readonly BatchLine[]): LinkSetupError {
   return new LinkSetupError(batchFailure(r, lines));
 }
-
-
 
 interface HostDone {
   /** The bridge as read before our port joined (type, MAC to pin, addresses). */

@@ -68,13 +68,9 @@ export class OvsAttachError extends CniError {
   }
 }
 
-
-
 function batchError(r: IpBatchResult, lines: readonly BatchLine[]): OvsLinkSetupError {
   return new OvsLinkSetupError(batchFailure(r, lines));
 }
-
-
 
 function ovsClient(deps: OvsPluginDeps, conf: OvsConf): OvsClient {
   return deps.ovs ? deps.ovs(conf.ovsRunDir) : new OvsClient({ runDir: conf.ovsRunDir });

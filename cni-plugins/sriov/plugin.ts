@@ -134,8 +134,6 @@ export class OffloadUnavailableError extends CniError {
   }
 }
 
-
-
 function openNetns(path: string): NetnsHandle {
   try {
     return NetnsHandle.open(path);

@@ -17,11 +17,12 @@ import { defaultVfConfig } from '../../cni-plugins/sriov/vfcontrol.js';
 import { Category, cookieOf, OBJECT_MASK } from '../../src/backend/ovs/pipeline.js';
 import { OvsClient } from '../../src/ovs/cli.js';
 import { IPNet } from '../../src/util/ip.js';
-import { Cluster, ETCD_IP, type Host } from '../helpers/cluster.js';
+import { Cluster, type Host } from '../helpers/cluster.js';
 import { cniBinDir, runCni, type CniRun } from '../helpers/cni.js';
 import { buildFakeSysfs } from '../helpers/fake-sysfs.js';
 import { ipn, lines, nsExec } from '../helpers/netns.js';
-import { moveUnderlayToBrPhy, OvsInstance } from '../helpers/ovs.js';
+import { OvsInstance } from '../helpers/ovs.js';
+import { startHostOvs, startOvsWeftd } from '../helpers/ovs-cluster.js';
 import { attachOvsPod, type OvsPod } from '../helpers/ovs-pod.js';
 import { waitFor } from '../helpers/wait.js';
 import { readPfState, writePfState } from '../fixtures/sriov/file-pf.js';
@@ -85,19 +86,14 @@ describe('sriov plugin, OVS hardware-offload mode (integration: ovs backend in n
     cluster = await Cluster.create({ hosts: 3, tag: 'svo', config: CONFIG });
     dir = join(cluster.dir, 'sriov');
     h1 = cluster.hosts[0]!;
-    const started = await Promise.all(cluster.hosts.map((h) => OvsInstance.start(h.ns, join(cluster.dir, `ovs${h.i}`))));
+    const [h1Ovs, h2Ovs] = [await startHostOvs(cluster, cluster.hosts[0]!), await startHostOvs(cluster, cluster.hosts[1]!)];
+    const started = [h1Ovs, h2Ovs, await OvsInstance.start(cluster.hosts[2]!.ns, join(cluster.dir, 'ovs3'))];
     instances.push(...started);
     [ovs1, ovs2, stopped] = started as [OvsInstance, OvsInstance, OvsInstance];
-    for (const [i, ovs] of [ovs1, ovs2].entries()) {
-      const host = cluster.hosts[i]!;
-      await moveUnderlayToBrPhy(ovs, 'eth0', `${host.underlayIP}/24`, ETCD_IP);
-      // OVS reads eth0 through AF_PACKET: the underlay side must send complete checksums.
-      await nsExec(cluster.underlay, 'ethtool', '-K', `h${host.i}`, 'tx', 'off');
-    }
     // The stopped OVS keeps its run dir (pidfiles, no daemons), as after `systemctl stop`.
     await stopped.vsctl('add-br', 'br-int', '--', 'set', 'bridge', 'br-int', 'datapath_type=netdev');
     await stopped.stop();
-    await Promise.all([ovs1, ovs2].map((ovs, i) => cluster.hosts[i]!.startWeftd(['--iface', 'br-phy'], { OVS_RUNDIR: ovs.runDir })));
+    await Promise.all([ovs1, ovs2].map((ovs, i) => startOvsWeftd({ host: cluster.hosts[i]!, ovs })));
     [bin, fixtureBin] = await built;
     remote = await attachOvsPod(cluster.hosts[1]!, ovs2, 'pod-b');
     lease = IPNet.parse(h1.subnetEnv().FLANNEL_SUBNET!);

@@ -10,13 +10,12 @@ import { Category, cookieOf, macFromIP, OBJECT_MASK } from '../../src/backend/ov
 import { attachPodPort } from '../../src/backend/ovs/podport.js';
 import { WEFT_ROUTE_PROTOCOL } from '../../src/netlink/index.js';
 import { OvsClient } from '../../src/ovs/cli.js';
-import { IPNet } from '../../src/util/ip.js';
-import { Cluster, ETCD_IP, type Host } from '../helpers/cluster.js';
+import { Cluster, ETCD_IP } from '../helpers/cluster.js';
 import { ipn, lines, nsExec } from '../helpers/netns.js';
-import { moveUnderlayToBrPhy, OvsInstance } from '../helpers/ovs.js';
+import { startHostOvs, startOvsWeftd, subnetOf, type OvsHost } from '../helpers/ovs-cluster.js';
 import { waitFor } from '../helpers/wait.js';
 import { WeftdProcess } from '../helpers/weftd.js';
-import { attachOvsPod, type OvsPod } from '../helpers/ovs-pod.js';
+import { attachOvsPod } from '../helpers/ovs-pod.js';
 
 const CONFIG = {
   Network: '10.244.0.0/16',
@@ -25,17 +24,7 @@ const CONFIG = {
 };
 const FIXTURE = join(import.meta.dirname, '..', 'fixtures', 'ovs', 'node-flows.txt');
 
-interface OvsHost {
-  readonly host: Host;
-  readonly ovs: OvsInstance;
-  pod: OvsPod | null;
-}
 
-function subnetOf(h: Host): IPNet {
-  const text = h.subnetEnv().FLANNEL_SUBNET;
-  if (!text) throw new Error(`${h.ns} has no FLANNEL_SUBNET`);
-  return IPNet.parse(text);
-}
 
 /** dump-flows with a filter (cookie or match), through weft's own OVS client. */
 function filteredFlows(n: OvsHost, filter: string): Promise<string[]> {
@@ -49,10 +38,6 @@ describe('ovs backend (integration: OVS netdev datapath in namespaces, etcd, wef
   this.timeout(120_000);
   let cluster: Cluster;
   const nodes: OvsHost[] = [];
-
-  async function startWeftd(n: OvsHost, extra: string[] = []): Promise<void> {
-    await n.host.startWeftd(['--iface', 'br-phy', ...extra], { OVS_RUNDIR: n.ovs.runDir });
-  }
 
   async function weftRound(n: OvsHost): Promise<number> {
     return Number((await n.ovs.vsctl('get', 'bridge', 'br-int', 'external_ids:roundNum')).trim().replace(/"/g, ''));
@@ -88,15 +73,8 @@ describe('ovs backend (integration: OVS netdev datapath in namespaces, etcd, wef
 
   before(async function () {
     cluster = await Cluster.create({ hosts: 3, tag: 'ovs', config: CONFIG });
-    for (const host of cluster.hosts) {
-      const ovs = await OvsInstance.start(host.ns, join(cluster.dir, `ovs${host.i}`));
-      await moveUnderlayToBrPhy(ovs, 'eth0', `${host.underlayIP}/24`, ETCD_IP);
-      // eth0 is now read by OVS through AF_PACKET, which hands on checksum-offloaded (partial)
-      // packets unfixed: the underlay side must send complete checksums (research/ovs.md A.2 #4).
-      await nsExec(cluster.underlay, 'ethtool', '-K', `h${host.i}`, 'tx', 'off');
-      nodes.push({ host, ovs, pod: null });
-    }
-    for (const n of nodes.slice(0, 2)) await startWeftd(n);
+    for (const host of cluster.hosts) nodes.push({ host, ovs: await startHostOvs(cluster, host), pod: null });
+    for (const n of nodes.slice(0, 2)) await startOvsWeftd(n);
     for (const n of nodes.slice(0, 2)) n.pod = await attachOvsPod(n.host, n.ovs, 'pod-a');
   });
 
@@ -157,7 +135,7 @@ describe('ovs backend (integration: OVS netdev datapath in namespaces, etcd, wef
 
   it('a third node joins and is reached; when it leaves, its flows and host route go', async () => {
     const [a, , c] = nodes as [OvsHost, OvsHost, OvsHost];
-    await startWeftd(c);
+    await startOvsWeftd(c);
     c.pod = await attachOvsPod(c.host, c.ovs, 'pod-c');
     await reachable(a.pod!.ns, c.pod.ip);
     await reachable(c.pod.ns, a.pod!.ip);
@@ -195,7 +173,7 @@ describe('ovs backend (integration: OVS netdev datapath in namespaces, etcd, wef
       });
       await a.ovs.ofctl('del-flows', 'br-int', 'cookie=0x77/-1');
       await a.host.weftd!.stop();
-      await startWeftd(a);
+      await startOvsWeftd(a);
       await waitFor(async () => (await weftRound(a)) === before + 1, { timeoutMs: 20_000, what: 'the new round to be persisted' });
       // During the whole restart pods kept talking.
       await reachable(a.pod!.ns, b.pod!.ip);

@@ -10,29 +10,18 @@ import { join } from 'node:path';
 import { listPodInterfaces } from '../../src/backend/ovs/bridge.js';
 import type { Hop, HopKind, TraceReport } from '../../src/cli/trace/types.js';
 import { OvsClient } from '../../src/ovs/cli.js';
-import { IPNet } from '../../src/util/ip.js';
 import { validate } from '../fixtures/trace/validate.js';
-import { Cluster, ETCD_IP, type Host } from '../helpers/cluster.js';
+import { Cluster, ETCD_IP } from '../helpers/cluster.js';
 import { nsExec } from '../helpers/netns.js';
-import { moveUnderlayToBrPhy, OvsInstance } from '../helpers/ovs.js';
-import { attachOvsPod, type OvsPod } from '../helpers/ovs-pod.js';
+import { startHostOvs, startOvsWeftd, subnetOf, type OvsHost } from '../helpers/ovs-cluster.js';
+import { attachOvsPod } from '../helpers/ovs-pod.js';
 import { waitFor } from '../helpers/wait.js';
 import { runWeft } from '../helpers/weft-cli.js';
 
 const NETWORK = '10.246.0.0/16';
 const CONFIG = { Network: NETWORK, SubnetLen: 24, Backend: { Type: 'ovs', DatapathType: 'netdev', VNI: 1 } };
 
-interface OvsHost {
-  readonly host: Host;
-  readonly ovs: OvsInstance;
-  pod: OvsPod | null;
-}
 
-function subnetOf(h: Host): IPNet {
-  const text = h.subnetEnv().FLANNEL_SUBNET;
-  if (!text) throw new Error(`${h.ns} has no FLANNEL_SUBNET`);
-  return IPNet.parse(text);
-}
 
 function hop<K extends HopKind>(r: TraceReport, kind: K): Extract<Hop, { kind: K }> {
   const h = r.hops.find((x) => x.kind === kind);
@@ -57,15 +46,9 @@ describe('weft trace: ovs backend (OVS netdev datapath in namespaces, etcd, weft
   before(async function () {
     cluster = await Cluster.create({ hosts: 2, tag: 'wtov', config: CONFIG });
     cfgDir = join(cluster.dir, 'ipmasq');
-    for (const host of cluster.hosts) {
-      const ovs = await OvsInstance.start(host.ns, join(cluster.dir, `ovs${host.i}`));
-      await moveUnderlayToBrPhy(ovs, 'eth0', `${host.underlayIP}/24`, ETCD_IP);
-      // OVS reads eth0 through AF_PACKET, which hands on checksum-offloaded packets unfixed.
-      await nsExec(cluster.underlay, 'ethtool', '-K', `h${host.i}`, 'tx', 'off');
-      nodes.push({ host, ovs, pod: null });
-    }
+    for (const host of cluster.hosts) nodes.push({ host, ovs: await startHostOvs(cluster, host), pod: null });
     const agent = ['--ip-masq-config', join(cfgDir, 'config.yaml')];
-    await Promise.all(nodes.map((n, i) => n.host.startWeftd(['--iface', 'br-phy', ...(i === 0 ? agent : ['--ip-masq'])], { OVS_RUNDIR: n.ovs.runDir })));
+    await Promise.all(nodes.map((n, i) => startOvsWeftd(n, i === 0 ? agent : ['--ip-masq'])));
     for (const n of nodes) n.pod = await attachOvsPod(n.host, n.ovs, 'pod-a');
     // Pod to pod through the tunnel: node 1's flows know node 2, and its native tunnel knows node 2's MAC.
     const [a, b] = nodes as [OvsHost, OvsHost];
