@@ -33,8 +33,10 @@ typecheck: npm-deps
 lint: npm-deps
 	npm run lint
 
+# The tests run the daemon and the CLI just built in dist/ (what ships, and faster to start than
+# the TypeScript source under tsx); a plain `npm test` runs them from source.
 test: deps build typecheck lint
-	npm test
+	WEFT_TEST_BUILT=1 npm test
 
 test-unit: npm-deps
 	npm run test:unit

@@ -2,6 +2,14 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
+/**
+ * bin/weftd runs dist/ when it exists unless WEFT_FROM_SOURCE is set: tests run the source, except
+ * under `make test` (WEFT_TEST_BUILT=1), which has just built dist/ from it.
+ */
+export function fromSource(): string {
+  return process.env.WEFT_TEST_BUILT === '1' ? '' : '1';
+}
+
 const BIN = fileURLToPath(new URL('../../bin/weftd', import.meta.url));
 const live = new Set<ChildProcess>();
 process.once('exit', () => {
@@ -39,7 +47,7 @@ export class WeftdProcess {
     const daemon = nodeArgs.length > 0 ? [process.execPath, ...nodeArgs, BIN, ...safeArgs] : [BIN, ...safeArgs];
     const [cmd, argv] = netns ? ['ip', ['netns', 'exec', netns, ...daemon]] : [daemon[0]!, daemon.slice(1)];
     return new WeftdProcess(
-      spawn(cmd, argv, { env: { ...process.env, WEFT_FROM_SOURCE: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }),
+      spawn(cmd, argv, { env: { ...process.env, WEFT_FROM_SOURCE: fromSource(), ...env }, stdio: ['ignore', 'pipe', 'pipe'] }),
     );
   }
 

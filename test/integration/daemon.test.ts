@@ -120,7 +120,7 @@ describe('weftd daemons against etcd', function () {
     const port = await freePort();
     const subnetFile = join(dir, `late${n}`, 'subnet.env');
     const p = weftd(['--public-ip', '10.21.0.1', '--subnet-file', subnetFile, '--healthz-ip', '127.0.0.1', '--healthz-port', String(port)]);
-    await waitFor(() => /waiting for the network config.*not found in etcd at \/d\d+\/coreos.com\/network\/config/.test(p.output), { what: 'the waiting message' });
+    await waitFor(() => /waiting for the network config.*not found in etcd at \/d\d+\/coreos.com\/network\/config/.test(p.output), { timeoutMs: 30_000, what: 'the waiting message' });
     assert.equal((await httpGet(port, '/readyz'))?.status, 503);
     assert.equal(existsSync(subnetFile), false);
     await client.put(`${prefix}/config`).value('{"Network":"10.6.0.0/16","Backend":{"Type":"alloc"}}');
@@ -159,7 +159,7 @@ describe('weftd daemons against etcd', function () {
       await client.put(`${prefix}/config`).value('{"Network":"10.6.0.0/16","Backend":{"Type":"bogus"}}');
       const p = weftd(['--public-ip', '10.23.0.2', '--subnet-file', join(dir, `bk${n}`, 'subnet.env')]);
       assert.equal((await p.exited).code, 1);
-      assert.match(p.output, /Backend\.Type "bogus": unknown backend type \(known types: alloc, host-gw, vxlan\)/);
+      assert.match(p.output, /Backend\.Type "bogus": unknown backend type \(known types: alloc, host-gw, ovs, vxlan\)/);
       assert.deepEqual(await leases(), {});
     });
 

@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 
 import { alive, demoNamespaces, ipn, removeDemo, STATE_DIR } from '../../demo/sys.js';
 import { cniBinDir } from '../helpers/cni.js';
+import { fromSource } from '../helpers/weftd.js';
 
 const DEMO = fileURLToPath(new URL('../../demo/demo.ts', import.meta.url));
 const POD_NAMES = ['n1-a', 'n1-b', 'n2-a', 'n2-b', 'n3-a', 'n3-b'];
@@ -24,7 +25,7 @@ interface DemoRun {
 function runDemo(args: readonly string[], timeoutMs = 120_000): Promise<DemoRun> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ['--import=tsx', DEMO, ...args], {
-      env: { ...process.env, WEFT_FROM_SOURCE: '1' },
+      env: { ...process.env, WEFT_FROM_SOURCE: fromSource() },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';
