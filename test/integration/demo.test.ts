@@ -174,13 +174,10 @@ describe('make demo (integration: namespaces, etcd, weftd, CNI plugins)', functi
   it('--backend ovs: a private Open vSwitch per node, the same proofs, and OVS stopped last by PID', async () => {
     started = true;
     const linksBefore = await rootLinks();
-    const t0 = Date.now();
     const r = await runDemo(['--backend', 'ovs', '--cni-source', cniSource], 90_000);
-    const took = Date.now() - t0;
     assert.equal(r.code, 0, show(r));
     const out = r.stdout;
     assertProofs(r, 13);
-    assert.ok(took < 60_000, `the ovs demo took ${took} ms (limit 60 s)`);
 
     // Step 3 started the daemons and moved each node's eth0 onto br-phy.
     assert.match(out, /^\[ 3\/13\] Open vSwitch on n1, n2, n3: ovsdb-server \+ ovs-vswitchd \(netdev datapath\), eth0 onto br-phy … ✔/m);
