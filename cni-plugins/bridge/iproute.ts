@@ -2,7 +2,7 @@
 // `nsenter --net=<netns> ip -batch` inside the pod, the pod netns held open as a file descriptor
 // (so it cannot vanish or be swapped between the checks and the changes), typed views of
 // `ip -j` output, and direct /proc/sys writes for host sysctls.
-import { closeSync, openSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readFileSync, statfsSync, statSync, writeFileSync } from 'node:fs';
 import { execProgram, startProgram, type ExecResult, type StartedProgram } from './exec.js';
 
 /** statfs f_type of nsfs (and of procfs, for /proc/<pid>/ns/net on old kernels). */
@@ -60,8 +60,33 @@ export class NetnsHandle {
     return new NetnsHandle(path, fd);
   }
 
+  /**
+   * For DEL: the netns, or null when `path` is empty, gone or not a netns (nothing of ours can be
+   * in it then; the host side still has to be cleaned).
+   */
+  static openIfPresent(path: string): NetnsHandle | null {
+    if (path === '') return null;
+    try {
+      return NetnsHandle.open(path);
+    } catch (e) {
+      if (e instanceof NetnsNotFoundError || e instanceof NetnsInvalidError) return null;
+      throw e;
+    }
+  }
+
   /** The path a child process with this handle as fd 3 uses. */
   static readonly CHILD_PATH = '/proc/self/fd/3';
+
+  /** True while `path` still names the netns we hold open (it was not deleted or replaced). */
+  stillMounted(): boolean {
+    try {
+      const a = statSync(this.path);
+      const b = fstatSync(this.fd);
+      return a.dev === b.dev && a.ino === b.ino;
+    } catch {
+      return false;
+    }
+  }
 
   close(): void {
     if (this.closed) return;

@@ -17,7 +17,6 @@
 //        netns is gone or CNI_NETNS is empty (reference bug #810).
 //   CHECK as the reference; GC: IPAM GC + this network's ipMasq state of stale containers;
 //   STATUS: IPAM STATUS.
-import { fstatSync, statSync } from 'node:fs';
 import type { Family } from '../../src/util/ip.js';
 import { delegateAdd, delegateCheck, delegateDel, delegateGC, delegateStatus } from '../skel/delegate.js';
 import { CniError, ErrorCode, type CniInterface, type CniPlugin, type CniRequest, type CniResult, type Delegates } from '../skel/types.js';
@@ -31,8 +30,6 @@ import {
   ipBatch,
   linksOf,
   NetnsHandle,
-  NetnsInvalidError,
-  NetnsNotFoundError,
   podSysctls,
   routesOf,
   startPodIpBatch,
@@ -321,16 +318,6 @@ async function waitPortUp(hostVeth: string, podLink: IpLink): Promise<void> {
   throw internalError(`bridge port in error state: ${state.toLowerCase()}`);
 }
 
-/** True while `path` still names the netns we hold open (it was not deleted or replaced). */
-function stillMounted(ns: NetnsHandle): boolean {
-  try {
-    const a = statSync(ns.path);
-    const b = fstatSync(ns.fd);
-    return a.dev === b.dev && a.ino === b.ino;
-  } catch {
-    return false;
-  }
-}
 
 async function setupMasq(req: CniRequest, conf: BridgeConf, gws: Gateways): Promise<void> {
   const addrs = gws.ips.map((i) => masqAddr(i.address));
@@ -483,7 +470,7 @@ async function addIn(deps: BridgeDeps, req: CniRequest, conf: BridgeConf, ns: Ne
   }
   if (!conf.disableContainerInterface) await waitPortUp(host.hostVeth.ifname, podLink);
   // We held the netns open throughout; if its path was deleted meanwhile, the pod is gone.
-  if (!stillMounted(ns)) throw internalError(`failed to open netns "${req.netns}": the netns was deleted during ADD`);
+  if (!ns.stillMounted()) throw internalError(`failed to open netns "${req.netns}": the netns was deleted during ADD`);
 
   const interfaces: CniInterface[] = [
     { name: gw.bridge.ifname, mac: gw.bridge.address },
@@ -519,15 +506,7 @@ async function deletePodLink(ns: NetnsHandle, ifname: string): Promise<Family[]>
 async function del(deps: BridgeDeps, req: CniRequest): Promise<void> {
   const conf = loadBridgeConf(req.config, req.args);
   const layer3 = conf.ipamType !== '';
-  let ns: NetnsHandle | null = null;
-  if (req.netns !== '') {
-    try {
-      ns = NetnsHandle.open(req.netns);
-    } catch (e) {
-      // Gone (or never a netns): nothing of ours can be in it; the rest still has to go.
-      if (!(e instanceof NetnsNotFoundError) && !(e instanceof NetnsInvalidError)) throw e;
-    }
-  }
+  const ns = NetnsHandle.openIfPresent(req.netns);
   try {
     // Everything at once: the IPAM release never waits for (or depends on) the netns, and the
     // ipMasq rules are found by chain name, so neither needs the pod.

@@ -13,7 +13,6 @@
 //   CHECK IPAM CHECK; the port with the prevResult's name, IP and MAC; the pod interface with that
 //         MAC and address.
 //   GC    IPAM GC. STATUS: IPAM STATUS, then the bridge must exist (code 50 when OVS is not ready).
-import { fstatSync, statSync } from 'node:fs';
 import { findPodInterfaces, attachPodPort, detachPodPort } from '../../src/backend/ovs/podport.js';
 import { listPodInterfaces, type PodInterface } from '../../src/backend/ovs/bridge.js';
 import { OvsClient } from '../../src/ovs/cli.js';
@@ -24,8 +23,6 @@ import {
   ipBatch,
   linksOf,
   NetnsHandle,
-  NetnsInvalidError,
-  NetnsNotFoundError,
   startPodIpBatch,
   type IpBatchResult,
   type IpLink,
@@ -138,16 +135,6 @@ async function txChecksumOff(ns: NetnsHandle, ifname: string): Promise<void> {
   }
 }
 
-/** True while `path` still names the netns we hold open (it was not deleted meanwhile). */
-function stillMounted(ns: NetnsHandle): boolean {
-  try {
-    const a = statSync(ns.path);
-    const b = fstatSync(ns.fd);
-    return a.dev === b.dev && a.ino === b.ino;
-  } catch {
-    return false;
-  }
-}
 
 /** The pod-side `ip -batch`, started early so its start-up overlaps the host batch and IPAM. */
 class EarlyPod {
@@ -241,7 +228,7 @@ async function addIn(deps: OvsPluginDeps, req: CniRequest, conf: OvsConf, ns: Ne
   for (const s of steps) if (s.status === 'rejected') throw s.reason;
   const podLink = (steps[0] as PromiseFulfilledResult<IpLink>).value;
   // We held the netns open throughout; if its path was deleted meanwhile, the pod is gone.
-  if (!stillMounted(ns)) throw internalError(`failed to open netns "${req.netns}": the netns was deleted during ADD`);
+  if (!ns.stillMounted()) throw internalError(`failed to open netns "${req.netns}": the netns was deleted during ADD`);
   return buildResult({ name: host.ifname, mac: host.address }, { name: req.ifname, mac: podLink.address, sandbox: req.netns }, a, conf.dns ?? ipam.dns);
 }
 
@@ -274,15 +261,7 @@ async function deleteHostVeths(ovs: OvsClient, req: CniRequest): Promise<void> {
 async function del(deps: OvsPluginDeps, req: CniRequest): Promise<void> {
   const conf = loadOvsConf(req.config);
   const ovs = ovsClient(deps, conf);
-  let ns: NetnsHandle | null = null;
-  if (req.netns !== '') {
-    try {
-      ns = NetnsHandle.open(req.netns);
-    } catch (e) {
-      // Gone (or never a netns): nothing of ours can be in it; the rest still has to go.
-      if (!(e instanceof NetnsNotFoundError) && !(e instanceof NetnsInvalidError)) throw e;
-    }
-  }
+  const ns = NetnsHandle.openIfPresent(req.netns);
   try {
     const detach = detachPodPort(ovs, conf.bridge, { containerId: req.containerId, ifName: req.ifname }).catch((e: unknown) => {
       throw new OvsAttachError(`failed to detach container ${req.containerId} interface ${req.ifname} from Open vSwitch bridge ${conf.bridge}: ${(e as Error).message}`);

@@ -8,7 +8,7 @@
 // under /run/netns, and if the plugin dies mid-way the kernel returns a physical VF to the
 // initial netns by itself.
 import { spawn } from 'node:child_process';
-import { fstatSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import type { CniIPConfig, CniRoute } from '../skel/types.js';
 import { execProgram } from '../bridge/exec.js';
 import { hasFlag, ipBatch, linksOf, NetnsHandle, parseBatchStderr, podSysctls, type IpLink } from '../bridge/iproute.js';
@@ -259,13 +259,3 @@ export async function restoreHostVf(current: string, to: HostIdentity): Promise<
   if (r.code !== 0) throw new VfLinkError(`failed to restore VF netdev ${current} as ${to.name}`, r.message);
 }
 
-/** True while `ns.path` still names the netns we hold open (not deleted or replaced). */
-export function stillMounted(ns: NetnsHandle): boolean {
-  try {
-    const a = statSync(ns.path);
-    const b = fstatSync(ns.fd);
-    return a.dev === b.dev && a.ino === b.ino;
-  } catch {
-    return false;
-  }
-}

@@ -38,7 +38,6 @@ import {
   releaseVf,
   restoreHostVf,
   setupPodLink,
-  stillMounted,
   type HostIdentity,
 } from './link.js';
 import {
@@ -327,7 +326,7 @@ async function addLocked(deps: SriovDeps, req: CniRequest, conf: SriovConf, at: 
     const offloadState = await runOffloadAttach(deps, req, conf, ports, { name: req.ifname, mac: podMac, mtu, sandbox: req.netns }, ips, result, undo);
 
     // The netns is held open throughout; a path deleted meanwhile means the pod is gone.
-    if (!stillMounted(ns)) throw internal(`failed to open netns "${req.netns}": the netns was deleted during ADD`);
+    if (!ns.stillMounted()) throw internal(`failed to open netns "${req.netns}": the netns was deleted during ADD`);
 
     const state: SriovState = {
       deviceID: id,

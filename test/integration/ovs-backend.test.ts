@@ -3,7 +3,7 @@
 // real etcd, one weftd per host, pods attached through the weft-ovs CNI plugin.
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { Category, cookieOf, macFromIP, OBJECT_MASK } from '../../src/backend/ovs/pipeline.js';
@@ -190,15 +190,18 @@ describe('ovs backend (integration: OVS netdev datapath in namespaces, etcd, wef
   it('repairs a deleted flow and removes a foreign flow in a weft table, and counts it', async () => {
     const [a, b] = nodes as [OvsHost, OvsHost];
     const round = await weftRound(a);
-    const before = counter(await a.host.metrics(), 'weft_reconcile_repairs_total', '{kind="removed"}');
+    const repairs = async (kind: string) => counter(await a.host.metrics(), 'weft_reconcile_repairs_total', `{kind="${kind}"}`);
+    const [added, removed] = [await repairs('added'), await repairs('removed')];
     const peerNet = subnetOf(b.host);
-    await a.ovs.ofctl('del-flows', 'br-int', `table=30,ip,reg0=0x3/0xf,nw_dst=${peerNet.toString()}`);
-    await a.ovs.ofctl('add-flow', 'br-int', 'table=30,priority=300,ip,nw_dst=10.244.0.0/16,actions=drop');
+    // Both changes in one atomic bundle, so a reconcile pass sees both or neither.
+    const drift = join(cluster.dir, 'drift.txt');
+    writeFileSync(drift, `delete table=30,ip,reg0=0x3/0xf,nw_dst=${peerNet.toString()}\nadd table=30,priority=300,ip,nw_dst=10.244.0.0/16,actions=drop\n`);
+    await a.ovs.ofctl('-O', 'OpenFlow15', '--bundle', 'add-flows', 'br-int', drift);
     await waitFor(async () => JSON.stringify((await a.ovs.dumpFlows('br-int')).sort()) === JSON.stringify(expectedFlows(a, b, round)), {
       timeoutMs: 10_000,
       what: 'the drift to be repaired',
     });
-    await waitFor(async () => counter(await a.host.metrics(), 'weft_reconcile_repairs_total', '{kind="removed"}') >= before + 1, {
+    await waitFor(async () => (await repairs('added')) >= added + 1 && (await repairs('removed')) >= removed + 1, {
       timeoutMs: 10_000,
       what: 'the repair to be counted',
     });
