@@ -23,7 +23,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { VfChange, VfConfig } from '../../src/netlink/vf.js';
-import { ipBatch, linksOf, NetnsHandle, NetnsInvalidError, NetnsNotFoundError } from '../bridge/iproute.js';
+import { ipBatch, linksOf, NetnsHandle } from '../bridge/iproute.js';
 import { withFileLock } from '../skel/lock.js';
 import { CniError, ErrorCode, type CniIPConfig, type CniInterface, type CniPlugin, type CniRequest, type CniResult, type Delegates, type NetConf } from '../skel/types.js';
 import { Undo, withCleanup } from '../skel/rollback.js';
@@ -141,16 +141,6 @@ function openNetns(path: string): NetnsHandle {
   }
 }
 
-/** Opens CNI_NETNS for DEL: null when empty, gone, or not a netns any more. */
-function openNetnsForDel(path: string): NetnsHandle | null {
-  if (path === '') return null;
-  try {
-    return NetnsHandle.open(path);
-  } catch (e) {
-    if (e instanceof NetnsNotFoundError || e instanceof NetnsInvalidError) return null;
-    throw e;
-  }
-}
 
 // ---- PF settings ----
 
@@ -415,7 +405,7 @@ async function del(deps: SriovDeps, req: CniRequest): Promise<void> {
       removeFile(file);
     }
   }
-  const ns = openNetnsForDel(req.netns);
+  const ns = NetnsHandle.openIfPresent(req.netns);
   try {
     if (state) {
       const s = state;
