@@ -135,6 +135,17 @@ async function main(argv: string[]): Promise<number> {
     stop.abort();
   };
   process.on('SIGTERM', onSignal).on('SIGINT', onSignal);
+  // etcd3 1.1.2 throws from a gRPC stream handler when a watch response arrives for a watcher
+  // already cancelled — which happens when we stop while a watch is being created. Harmless
+  // once we are stopping; anything else still ends the process as Node would (exit status 1).
+  process.on('uncaughtException', (e: Error) => {
+    if (stop.signal.aborted && /Failed to find watcher for IWatchResponse/.test(e.message)) {
+      logger.debug('ignored a late etcd watch response during shutdown', { error: e.message });
+      return;
+    }
+    logger.error(`unexpected error: ${e.stack ?? String(e)}`);
+    process.exit(1);
+  });
 
   let health: HealthServer | null = null;
   let code = 0;

@@ -57,9 +57,12 @@ describe('weftd daemons against etcd', function () {
       }),
     );
     for (const node of nodes) {
+      // 20 daemons starting at once on 2 cores: a generous deadline, and their output if it passes.
       await waitFor(async () => (await httpGet(node.port, '/readyz'))?.status === 200, {
-        timeoutMs: 60_000,
-        what: `readyz of ${node.ip}: ${node.proc.output}`,
+        timeoutMs: 120_000,
+        what: `readyz of ${node.ip}`,
+      }).catch((e: Error) => {
+        throw new Error(`${e.message}; its output:\n${node.proc.output}`);
       });
     }
     const stored = await leases();
@@ -112,7 +115,7 @@ describe('weftd daemons against etcd', function () {
     const m = (await httpGet(nodes[3]!.port, '/metrics'))!.body;
     assert.match(m, /^weft_lease_acquisitions_total\{how="reuse"\} 1$/m);
     assert.equal(readFileSync(nodes[3]!.subnetFile, 'utf8').split('\n')[1], `FLANNEL_SUBNET=${byIP.get(nodes[3]!.ip)!.replace(/\.0-24$/, '.1/24')}`);
-    assert.equal((await again.stop()).code, 0);
+    assert.equal((await again.stop()).code, 0, again.output);
   });
 
   it('waits for a missing network config and starts once it is written', async () => {
@@ -126,7 +129,7 @@ describe('weftd daemons against etcd', function () {
     await client.put(`${prefix}/config`).value('{"Network":"10.6.0.0/16","Backend":{"Type":"alloc"}}');
     await waitFor(async () => (await httpGet(port, '/readyz'))?.status === 200, { timeoutMs: 30_000, what: 'ready after config' });
     assert.ok(existsSync(subnetFile));
-    assert.equal((await p.stop()).code, 0);
+    assert.equal((await p.stop()).code, 0, p.output);
   });
 
   it('skips a lease value of the wrong shape written by someone else', async () => {
@@ -139,7 +142,7 @@ describe('weftd daemons against etcd', function () {
     assert.equal(warnings.length, 1, p.output);
     assert.match(warnings[0]!, /10\.6\.9\.0-24.*PublicIP must be an IPv4 address string/);
     assert.equal(await client.get(`${prefix}/subnets/10.6.9.0-24`).string(), '{"PublicIP":5}', 'left untouched');
-    assert.equal((await p.stop()).code, 0);
+    assert.equal((await p.stop()).code, 0, p.output);
   });
 
   describe('bad input', () => {
@@ -188,7 +191,7 @@ describe('weftd daemons against etcd', function () {
       assert.equal((await httpGet(port, '/readyz'))?.status, 503);
       assert.ok(p.running);
       assert.equal(existsSync(subnetFile), false);
-      assert.equal((await p.stop()).code, 0);
+      assert.equal((await p.stop()).code, 0, p.output);
     });
 
     it('exits 2 on bad flags with a one-line message', async () => {

@@ -252,7 +252,7 @@ describe('etcd over TLS with client certificates', function () {
     procs.push(p);
     await waitFor(async () => (await httpGet(port, '/readyz'))?.status === 200, { timeoutMs: 60_000, what: `weftd ready: ${p.output}` });
     await assertDaemonLease(client, prefix, '10.0.0.2', subnetFile);
-    assert.equal((await p.stop()).code, 0);
+    assert.equal((await p.stop()).code, 0, p.output);
   });
 
   it('keeps bin/weftd unready, saying which endpoint fails, when it does not trust the server', async () => {
@@ -272,7 +272,7 @@ describe('etcd over TLS with client certificates', function () {
     });
     assert.equal((await httpGet(port, '/readyz'))?.status, 503);
     assert.equal(existsSync(subnetFile), false);
-    assert.equal((await p.stop()).code, 0);
+    assert.equal((await p.stop()).code, 0, p.output);
   });
 });
 
@@ -371,7 +371,7 @@ describe('etcd with username/password auth', function () {
     const p = weftd(['--etcd-username', 'weft', '--etcd-password', 'weftpw', '--public-ip', '10.0.1.4', '--subnet-file', subnetFile, '--healthz-port', String(port)]);
     await waitFor(async () => (await httpGet(port, '/readyz'))?.status === 200, { timeoutMs: 60_000, what: `weftd ready: ${p.output}` });
     await assertDaemonLease(root, prefix, '10.0.1.4', subnetFile);
-    assert.equal((await p.stop()).code, 0);
+    assert.equal((await p.stop()).code, 0, p.output);
   });
 
   it('keeps bin/weftd unready with a wrong password, logging the authentication failure', async () => {
@@ -385,7 +385,7 @@ describe('etcd with username/password auth', function () {
     assert.ok(p.output.includes(`etcd get config (${etcd.endpoint})`), p.output);
     assert.equal((await httpGet(port, '/readyz'))?.status, 503);
     assert.equal(existsSync(subnetFile), false);
-    assert.equal((await p.stop()).code, 0);
+    assert.equal((await p.stop()).code, 0, p.output);
   });
 
   // etcd keeps simple auth tokens in memory: after a restart every token is invalid. A long-running
