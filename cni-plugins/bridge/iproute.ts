@@ -4,6 +4,7 @@
 // `ip -j` output, and direct /proc/sys writes for host sysctls.
 import { closeSync, fstatSync, openSync, readFileSync, statfsSync, statSync, writeFileSync } from 'node:fs';
 import { execProgram, startProgram, type ExecResult, type StartedProgram } from './exec.js';
+import { netnsError } from '../skel/rollback.js';
 
 /** statfs f_type of nsfs (and of procfs, for /proc/<pid>/ns/net on old kernels). */
 const NSFS_MAGIC = 0x6e736673;
@@ -58,6 +59,15 @@ export class NetnsHandle {
       throw new NetnsInvalidError(path, `failed to open "${path}": ${err.message}`);
     }
     return new NetnsHandle(path, fd);
+  }
+
+  /** For ADD and CHECK: the netns, or the spec's error for a CNI_NETNS that cannot be used. */
+  static openForPod(path: string): NetnsHandle {
+    try {
+      return NetnsHandle.open(path);
+    } catch (e) {
+      throw netnsError(path, e);
+    }
   }
 
   /**

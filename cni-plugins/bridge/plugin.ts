@@ -18,9 +18,9 @@
 //   CHECK as the reference; GC: IPAM GC + this network's ipMasq state of stale containers;
 //   STATUS: IPAM STATUS.
 import type { Family } from '../../src/util/ip.js';
-import { delegateAdd, delegateCheck, delegateDel, delegateGC, delegateStatus } from '../skel/delegate.js';
+import { cniPathDelegates } from '../skel/delegate.js';
 import { CniError, ErrorCode, type CniInterface, type CniPlugin, type CniRequest, type CniResult, type Delegates } from '../skel/types.js';
-import { internalError, netnsError, Undo, withCleanup } from '../skel/rollback.js';
+import { internalError, Undo, withCleanup } from '../skel/rollback.js';
 import { checkAttachment } from './check.js';
 import { containerMac, loadBridgeConf, validateForAdd, type BridgeConf } from './config.js';
 import {
@@ -357,12 +357,7 @@ async function teardownMasq(req: CniRequest, conf: BridgeConf, families: readonl
 async function add(deps: BridgeDeps, req: CniRequest): Promise<CniResult> {
   const conf = loadBridgeConf(req.config, req.args);
   validateForAdd(conf);
-  let ns: NetnsHandle;
-  try {
-    ns = NetnsHandle.open(req.netns);
-  } catch (e) {
-    throw netnsError(req.netns, e);
-  }
+  const ns = NetnsHandle.openForPod(req.netns);
   const undo = new Undo();
   const early = new EarlyPod(ns, conf.ipamType !== '');
   try {
@@ -548,12 +543,7 @@ async function del(deps: BridgeDeps, req: CniRequest): Promise<void> {
 
 async function check(deps: BridgeDeps, req: CniRequest): Promise<void> {
   const conf = loadBridgeConf(req.config, req.args);
-  let ns: NetnsHandle;
-  try {
-    ns = NetnsHandle.open(req.netns);
-  } catch (e) {
-    throw netnsError(req.netns, e);
-  }
+  const ns = NetnsHandle.openForPod(req.netns);
   try {
     // The reference delegates CHECK even without IPAM (and so fails); a layer-2 config has nothing to check there.
     if (conf.ipamType !== '') await deps.ipam.check(req, conf.ipamType, req.stdin);
@@ -632,5 +622,5 @@ export function createBridgePlugin(deps: BridgeDeps): CniPlugin {
 }
 
 export const bridgePlugin: CniPlugin = createBridgePlugin({
-  ipam: { add: delegateAdd, del: delegateDel, check: delegateCheck, gc: delegateGC, status: delegateStatus },
+  ipam: cniPathDelegates,
 });

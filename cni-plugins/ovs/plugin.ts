@@ -30,9 +30,9 @@ import {
   batchFailure,
 } from '../bridge/iproute.js';
 import type { BatchLine } from '../bridge/plan.js';
-import { delegateAdd, delegateCheck, delegateDel, delegateGC, delegateStatus } from '../skel/delegate.js';
+import { cniPathDelegates } from '../skel/delegate.js';
 import { CniError, ErrorCode, type CniPlugin, type CniRequest, type CniResult, type Delegates } from '../skel/types.js';
-import { internalError, netnsError, Undo, withCleanup } from '../skel/rollback.js';
+import { internalError, Undo, withCleanup } from '../skel/rollback.js';
 import { loadOvsConf, OVS_PLUGIN_TYPE, type OvsConf } from './config.js';
 import { buildResult, checkOvsAttachment, hostBatch, hostVethName, planAddressing, podBatch, type PodAddressing } from './plan.js';
 
@@ -158,12 +158,7 @@ class EarlyPod {
 
 async function add(deps: OvsPluginDeps, req: CniRequest): Promise<CniResult> {
   const conf = loadOvsConf(req.config);
-  let ns: NetnsHandle;
-  try {
-    ns = NetnsHandle.open(req.netns);
-  } catch (e) {
-    throw netnsError(req.netns, e);
-  }
+  const ns = NetnsHandle.openForPod(req.netns);
   const undo = new Undo();
   const early = new EarlyPod(ns);
   try {
@@ -281,12 +276,7 @@ async function del(deps: OvsPluginDeps, req: CniRequest): Promise<void> {
 
 async function check(deps: OvsPluginDeps, req: CniRequest): Promise<void> {
   const conf = loadOvsConf(req.config);
-  let ns: NetnsHandle;
-  try {
-    ns = NetnsHandle.open(req.netns);
-  } catch (e) {
-    throw netnsError(req.netns, e);
-  }
+  const ns = NetnsHandle.openForPod(req.netns);
   try {
     await deps.ipam.check(req, conf.ipamType, req.stdin);
     const prev = req.config.prevResult;
@@ -341,5 +331,5 @@ export function createOvsPlugin(deps: OvsPluginDeps): CniPlugin {
 }
 
 export const ovsPlugin: CniPlugin = createOvsPlugin({
-  ipam: { add: delegateAdd, del: delegateDel, check: delegateCheck, gc: delegateGC, status: delegateStatus },
+  ipam: cniPathDelegates,
 });

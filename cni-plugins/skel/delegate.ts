@@ -13,7 +13,7 @@ import { accessSync, closeSync, constants as fsc, openSync, readSync, statSync }
 import { join } from 'node:path';
 import { CniResultError, convertResult, parseResult } from './convert.js';
 import { execute, toCniError } from './run.js';
-import { CniError, ErrorCode, type CniPlugin, type CniRequest, type CniResult } from './types.js';
+import { CniError, ErrorCode, type CniPlugin, type CniRequest, type CniResult, type Delegates } from './types.js';
 
 /** The second line of every weft plugin bundle: `// weft-cni-plugin: <name>`. */
 export const BUNDLE_MARKER_PREFIX = '// weft-cni-plugin: ';
@@ -240,3 +240,12 @@ export async function delegateGC(req: CniRequest, type: string, stdin: string): 
 export async function delegateStatus(req: CniRequest, type: string, stdin: string): Promise<void> {
   await delegate(req, type, stdin, 'STATUS');
 }
+
+/** The delegates a main plugin uses for its IPAM: found through CNI_PATH (in-process when registered). */
+export const cniPathDelegates: Delegates = {
+  add: delegateAdd,
+  del: delegateDel,
+  check: delegateCheck,
+  gc: delegateGC,
+  status: delegateStatus,
+};

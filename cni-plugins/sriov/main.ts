@@ -3,7 +3,7 @@
 // it on). host-local is registered so that, when CNI_PATH leads to weft's own host-local bundle,
 // the IPAM delegation runs in this process (no second Node start).
 import { hostLocalPlugin } from '../host-local/plugin.js';
-import { delegateAdd, delegateCheck, delegateDel, delegateGC, delegateStatus, registerInProcess } from '../skel/delegate.js';
+import { cniPathDelegates, registerInProcess } from '../skel/delegate.js';
 import { runPlugin } from '../skel/run.js';
 import { devlinkPortLookup } from './devlink.js';
 import { ovsOffload } from './offload.js';
@@ -13,7 +13,7 @@ import { IpPfVfControl } from './vfcontrol.js';
 registerInProcess(hostLocalPlugin);
 await runPlugin(
   createSriovPlugin({
-    ipam: { add: delegateAdd, del: delegateDel, check: delegateCheck, gc: delegateGC, status: delegateStatus },
+    ipam: cniPathDelegates,
     vf: new IpPfVfControl(),
     devlink: devlinkPortLookup,
     offload: ovsOffload,

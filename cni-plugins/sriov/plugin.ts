@@ -133,13 +133,6 @@ export class OffloadUnavailableError extends CniError {
   }
 }
 
-function openNetns(path: string): NetnsHandle {
-  try {
-    return NetnsHandle.open(path);
-  } catch (e) {
-    throw internal(`failed to open netns "${path}": ${(e as Error).message}`);
-  }
-}
 
 
 // ---- PF settings ----
@@ -226,7 +219,7 @@ async function add(deps: SriovDeps, req: CniRequest): Promise<CniResult> {
   if (conf.ovs && !deps.offload) throw new OffloadUnavailableError(conf.ovs);
   const sysfs = new Sysfs(conf.sysfsRoot);
   const { pf, vfIndex } = sysfs.locate(conf.deviceID);
-  const ns = openNetns(req.netns);
+  const ns = NetnsHandle.openForPod(req.netns);
   try {
     return await lockVf(conf.dataDir, conf.deviceID, () => addLocked(deps, req, conf, { sysfs, pf, vfIndex }, ns));
   } finally {
@@ -546,7 +539,7 @@ async function check(deps: SriovDeps, req: CniRequest): Promise<void> {
     if (bad) throw internal(`VF ${s.vfIndex} of ${s.pf}: ${bad}`);
   }
   if (!s.dpdk) {
-    const ns = openNetns(req.netns);
+    const ns = NetnsHandle.openForPod(req.netns);
     try {
       const r = await podLink(ns, req.ifname);
       if (!r) throw internal(`Interface name ${req.ifname} not found`);

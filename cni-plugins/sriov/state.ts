@@ -30,17 +30,7 @@ export interface OriginalVf {
 }
 
 /** The VF settings the config asked for (what DEL resets). */
-export interface AppliedSettings {
-  readonly vlan: number | null;
-  readonly vlanQoS: number;
-  readonly vlanProto: VlanProto;
-  readonly mac: string | null;
-  readonly spoofchk: OnOff | null;
-  readonly trust: OnOff | null;
-  readonly linkState: VfLinkState | null;
-  readonly minTxRate: number | null;
-  readonly maxTxRate: number | null;
-}
+export type AppliedSettings = Pick<SriovConf, 'vlan' | 'vlanQoS' | 'vlanProto' | 'mac' | 'spoofchk' | 'trust' | 'linkState' | 'minTxRate' | 'maxTxRate'>;
 
 export interface SriovState {
   readonly deviceID: string;

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 
-import { nextRound } from '../../src/backend/ovs/bridge.js';
+import { nextRound, parseRound } from '../../src/backend/ovs/bridge.js';
 import { countDiff, parseOvsOptions } from '../../src/backend/ovs/ovs.js';
 import {
   Category,
@@ -39,6 +39,10 @@ describe('ovs pipeline (pure)', () => {
 
   it('takes rounds 1..65535 and wraps past the last one', () => {
     assert.deepEqual([nextRound(null), nextRound(1), nextRound(0xfffe), nextRound(0xffff)], [1, 2, 0xffff, 1]);
+  });
+
+  it('reads a round as ovs-vsctl prints it, and nothing else', () => {
+    assert.deepEqual(['"7"\n', '7', '', '\n', '"0"', '"65536"', '"x"'].map(parseRound), [7, 7, null, null, null, null, null]);
   });
 
   it('derives MACs from IPv4 addresses (0a:58 + address bytes)', () => {

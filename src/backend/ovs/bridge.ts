@@ -56,7 +56,7 @@ const quote = (s: string) => JSON.stringify(s);
  */
 export async function ensureBridge(ovs: OvsClient, spec: BridgeSpec): Promise<{ tunnel: number; gateway: number }> {
   const { bridge } = spec;
-  await ovs.vsctl([
+  const out = await ovs.vsctl([
     '--may-exist', 'add-br', bridge,
     '--', 'set', 'bridge', bridge, `datapath_type=${spec.datapathType}`, 'fail-mode=secure', 'protocols=OpenFlow10,OpenFlow13,OpenFlow15',
     '--', '--may-exist', 'add-port', bridge, TUNNEL_PORT_NAME,
@@ -64,8 +64,17 @@ export async function ensureBridge(ovs: OvsClient, spec: BridgeSpec): Promise<{ 
     'options:remote_ip=flow', 'options:key=flow', `options:dst_port=${spec.udpPort}`,
     '--', '--may-exist', 'add-port', bridge, GATEWAY_PORT_NAME,
     '--', 'set', 'interface', GATEWAY_PORT_NAME, 'type=internal', `ofport_request=${GATEWAY_OFPORT}`, `mtu_request=${spec.mtu}`,
+    // Read in the same transaction: right for ports that existed already (the usual pass). A port
+    // created just now has no ofport in this view yet; it is read again after the commit.
+    '--', 'get', 'interface', TUNNEL_PORT_NAME, 'ofport',
+    '--', 'get', 'interface', GATEWAY_PORT_NAME, 'ofport',
   ]);
-  const [tunnel, gateway] = await Promise.all([ofportOf(ovs, TUNNEL_PORT_NAME), ofportOf(ovs, GATEWAY_PORT_NAME)]);
+  const [tunnelNow, gatewayNow] = out.split('\n').map((l) => Number(l.trim()));
+  const attached = (n: number | undefined): n is number => n !== undefined && Number.isInteger(n) && n > 0;
+  const [tunnel, gateway] = await Promise.all([
+    attached(tunnelNow) ? tunnelNow : ofportOf(ovs, TUNNEL_PORT_NAME),
+    attached(gatewayNow) ? gatewayNow : ofportOf(ovs, GATEWAY_PORT_NAME),
+  ]);
   return { tunnel, gateway };
 }
 
@@ -111,13 +120,18 @@ export async function listPodInterfaces(ovs: OvsClient, bridge: string): Promise
   return pods.sort((a, b) => a.ofport - b.ofport);
 }
 
-const ROUND_KEY = 'roundNum';
+export const ROUND_KEY = 'roundNum';
+
+/** A round as `ovs-vsctl get` prints it (quoted); null when unset or not a round. */
+export function parseRound(printed: string): number | null {
+  const text = printed.trim().replace(/^"|"$/g, '');
+  const n = Number(text);
+  return text !== '' && Number.isInteger(n) && n > 0 && n <= 0xffff ? n : null;
+}
 
 /** The round persisted on the bridge by the last run that converged (null when never). */
 export async function readRound(ovs: OvsClient, bridge: string): Promise<number | null> {
-  const text = (await ovs.vsctl(['--if-exists', 'get', 'bridge', bridge, `external_ids:${ROUND_KEY}`])).trim().replace(/^"|"$/g, '');
-  const n = Number(text);
-  return text !== '' && Number.isInteger(n) && n > 0 && n <= 0xffff ? n : null;
+  return parseRound(await ovs.vsctl(['--if-exists', 'get', 'bridge', bridge, `external_ids:${ROUND_KEY}`]));
 }
 
 export async function saveRound(ovs: OvsClient, bridge: string, round: number): Promise<void> {

@@ -6,7 +6,7 @@
 import { IPAddr } from '../../util/ip.js';
 import { withFileLock } from '../../util/flock.js';
 import type { OvsClient } from '../../ovs/cli.js';
-import { flowLockPath, POD_IDS, readRound } from './bridge.js';
+import { flowLockPath, parseRound, POD_IDS, ROUND_KEY } from './bridge.js';
 import { Category, cookieOf, macFromIP, OBJECT_MASK, podFlows, renderFlows } from './pipeline.js';
 
 export interface PodPortSpec {
@@ -52,12 +52,15 @@ export function attachPodPort(ovs: OvsClient, spec: PodPortSpec): Promise<number
       '--may-exist', 'add-port', bridge, hostIface,
       '--', 'set', 'interface', hostIface, ...ids.map(([k, v]) => `external_ids:${k}=${quote(v)}`),
     ]);
-    const text = (await ovs.vsctl(['get', 'interface', hostIface, 'ofport'])).trim();
-    const ofport = Number(text);
+    // After the commit (add-port waited for ovs-vswitchd): the ofport it got, and the flow round.
+    const [ofportText = '', roundText = ''] = (
+      await ovs.vsctl(['get', 'interface', hostIface, 'ofport', '--', '--if-exists', 'get', 'bridge', bridge, `external_ids:${ROUND_KEY}`])
+    ).split('\n');
+    const ofport = Number(ofportText.trim());
     if (!Number.isInteger(ofport) || ofport <= 0) {
-      throw new PodPortError(`Open vSwitch did not attach ${hostIface} to ${bridge} (ofport ${text || 'unset'})`);
+      throw new PodPortError(`Open vSwitch did not attach ${hostIface} to ${bridge} (ofport ${ofportText.trim() || 'unset'})`);
     }
-    const round = (await readRound(ovs, bridge)) ?? 1;
+    const round = parseRound(roundText) ?? 1;
     const flows = podFlows(round, { gatewayMAC: macFromIP(spec.gateway) }, { ofport, ip: spec.ip, mac: spec.mac.toLowerCase() });
     await ovs.addFlows(bridge, renderFlows(flows));
     return ofport;

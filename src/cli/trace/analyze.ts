@@ -161,14 +161,21 @@ export function analyze(f: TraceFacts): TraceReport {
   const egress = c.link(r.device);
   if (egress?.kind === 'vxlan' && r.gateway) {
     vxlanHops(c, hops, egress, r.gateway, dst.lease);
-  } else if (r.gateway && r.device) {
+  } else {
+    plainEgressHops(c, hops, r, dst);
+  }
+  addRuleHops(c, hops, src.cls, dst.cls, r, forwarded);
+  return finish(c, hops);
+}
+
+/** A route out of a plain device: its next hop (if it has a gateway) and the device's MTU. */
+function plainEgressHops(c: Context, hops: Hop[], r: OkRoute, dst: Classified): void {
+  if (r.gateway && r.device) {
     nexthopHop(c, hops, r.device, r.gateway, dst.lease, null);
     mtuHop(c, hops, r.device, null);
   } else if (r.device && dst.cls !== 'local-pod') {
     mtuHop(c, hops, r.device, null);
   }
-  addRuleHops(c, hops, src.cls, dst.cls, r, forwarded);
-  return finish(c, hops);
 }
 
 /** 1. Where the packet comes from. `judgeForwarding`: the kernel forwards it, so ip_forward matters. */
@@ -368,11 +375,8 @@ function ovsPath(c: Context, hops: Hop[], src: Classified, dst: Classified, forw
       if (r.gateway) nexthopHop(c, hops, r.device, r.gateway, dst.lease, dst.cls === 'remote-pod' ? `the bridge's ARP responder answers ${GLOBAL_VIRTUAL_MAC}` : null);
       if (t) bridgeHops(c, hops, o, t, dst);
       else pipelineError(hops, o, null, `the route leaves through ${GATEWAY_PORT_NAME}, but the bridge was not traced`);
-    } else if (r.gateway && r.device) {
-      nexthopHop(c, hops, r.device, r.gateway, dst.lease, null);
-      mtuHop(c, hops, r.device, null);
-    } else if (r.device && dst.cls !== 'local-pod') {
-      mtuHop(c, hops, r.device, null);
+    } else {
+      plainEgressHops(c, hops, r, dst);
     }
   }
   addRuleHops(c, hops, src.cls, dst.cls, r, forwarded);
