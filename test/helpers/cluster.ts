@@ -131,6 +131,18 @@ export class Host {
       "fetch('http://127.0.0.1:8081/metrics').then(r=>r.text()).then(t=>process.stdout.write(t))",
     );
   }
+
+  /** One sample, e.g. `weft_ipmasq_repairs_total{mode="iptables"}`; `missing` when it is not exported. */
+  async metric(name: string, missing = NaN): Promise<number> {
+    const m = new RegExp(`^${name.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(await this.metrics());
+    return m ? Number(m[1]) : missing;
+  }
+
+  /** Waits for `n` more masquerade/forward rule passes, so "nothing happened" is seen over real passes. */
+  async rulePasses(n: number): Promise<void> {
+    const start = await this.metric('weft_ipmasq_checks_total');
+    await waitFor(async () => (await this.metric('weft_ipmasq_checks_total')) >= start + n, { timeoutMs: 15_000, what: `${n} rule passes` });
+  }
 }
 
 export class Cluster {

@@ -166,16 +166,7 @@ async function rulesAre(h: Host, name: 'default' | 'custom'): Promise<boolean> {
   return same(await agentRules(h, 4), fixtureLines(`${name}-v4.iptables`)) && same(await agentRules(h, 6), fixtureLines(`${name}-v6.iptables`));
 }
 
-async function metric(h: Host, name: string): Promise<number> {
-  const m = new RegExp(`^${name.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(await h.metrics());
-  return m ? Number(m[1]) : NaN;
-}
 
-/** Waits for `n` more rule passes, so "nothing changed" is observed over real passes. */
-async function passes(h: Host, n: number): Promise<void> {
-  const start = await metric(h, 'weft_ipmasq_checks_total');
-  await waitFor(async () => (await metric(h, 'weft_ipmasq_checks_total')) >= start + n, { timeoutMs: 15_000, what: `${n} rule passes` });
-}
 
 /** Pings `dst` from the host's pod and says which source address the conntrack entry shows the far end. */
 async function sourceSeen(h: Host, dst: string): Promise<'pod IP' | 'masqueraded'> {
@@ -222,7 +213,7 @@ describe('ipmasq agent mode: weftd in host namespaces', function () {
     assert.equal(h.subnetEnv().FLANNEL_IPMASQ, 'true');
     assert.equal((h.subnetEnv() as Record<string, string>).WEFT_IPMASQ, 'agent');
     assert.match(h.weftd!.output, /no ip-masq config file; using the ip-masq-agent defaults/);
-    assert.equal(await metric(h, 'weft_ipmasq_config_last_reload_successful'), 1);
+    assert.equal(await h.metric('weft_ipmasq_config_last_reload_successful'), 1);
   });
 
   it('a pod keeps its IP towards a non-masquerade CIDR and the cluster, and is masqueraded elsewhere', async () => {
@@ -244,8 +235,8 @@ describe('ipmasq agent mode: weftd in host namespaces', function () {
     // The log lines come through a pipe, possibly after the rules are already in the kernel.
     await waitFor(() => /updated masquerade\/forward rules/.test(h.weftd!.output), { timeoutMs: 10_000, what: 'the update log line' });
     assert.match(h.weftd!.output, /reloaded the ip-masq config.*nonMasqueradeCIDRs added: 100\.128\.0\.0\/16, 10\.8\.0\.0\/16, fd99::\/64/);
-    assert.equal(await metric(h, 'weft_ipmasq_config_reloads_total{result="applied"}'), 1);
-    assert.equal(await metric(h, 'weft_ipmasq_repairs_total{mode="iptables"}'), 0, 'a reload is not a repair');
+    assert.equal(await h.metric('weft_ipmasq_config_reloads_total{result="applied"}'), 1);
+    assert.equal(await h.metric('weft_ipmasq_repairs_total{mode="iptables"}'), 0, 'a reload is not a repair');
     // The traffic follows: what was kept is masqueraded now, and the other way round.
     assert.equal(await sourceSeen(h, IN_DEFAULT), 'masqueraded');
     assert.equal(await sourceSeen(h, IN_CUSTOM), 'pod IP');
@@ -261,25 +252,25 @@ describe('ipmasq agent mode: weftd in host namespaces', function () {
   it('keeps the previous rules when the file turns invalid, logs and counts why; a fix applies', async () => {
     cm.swap(fixture('custom.yaml'));
     await waitFor(() => rulesAre(h, 'custom'), { timeoutMs: 5000, what: 'the custom rules' });
-    const errors = await metric(h, 'weft_ipmasq_config_reloads_total{result="error"}');
+    const errors = await h.metric('weft_ipmasq_config_reloads_total{result="error"}');
     cm.swap('nonMasqueradeCIDRs:\n  - 100.128.0.0/16\n  - 10.0.0.1/8\n');
-    await waitFor(async () => (await metric(h, 'weft_ipmasq_config_reloads_total{result="error"}')) === errors + 1, { timeoutMs: 5000, what: 'the error counted' });
-    assert.equal(await metric(h, 'weft_ipmasq_config_last_reload_successful'), 0);
+    await waitFor(async () => (await h.metric('weft_ipmasq_config_reloads_total{result="error"}')) === errors + 1, { timeoutMs: 5000, what: 'the error counted' });
+    assert.equal(await h.metric('weft_ipmasq_config_last_reload_successful'), 0);
     assert.match(h.weftd!.output, /ip-masq config not applied; the previous rules stay.*nonMasqueradeCIDRs\[1\] \\?"10\.0\.0\.1\/8\\?" is not aligned to a CIDR block/);
-    await passes(h, 2);
+    await h.rulePasses(2);
     assert.ok(await rulesAre(h, 'custom'), 'the previous rules are still there');
     assert.equal(await sourceSeen(h, IN_CUSTOM), 'pod IP');
     cm.swap(fixture('custom.yaml').replace('100.128.0.0/16', '100.128.0.0/17'));
     await waitFor(async () => (await agentRules(h, 4)).some((l) => l.includes('-d 100.128.0.0/17 ')), { timeoutMs: 5000, what: 'the fixed file applied' });
-    assert.equal(await metric(h, 'weft_ipmasq_config_last_reload_successful'), 1);
+    assert.equal(await h.metric('weft_ipmasq_config_last_reload_successful'), 1);
   });
 
   it('repairs drift of the agent chain within one resync', async () => {
     cm.swap(fixture('custom.yaml'));
     await waitFor(() => rulesAre(h, 'custom'), { timeoutMs: 5000, what: 'the custom rules' });
-    const repairs = await metric(h, 'weft_ipmasq_repairs_total{mode="iptables"}');
+    const repairs = await h.metric('weft_ipmasq_repairs_total{mode="iptables"}');
     await nsExec(h.ns, 'iptables', '-t', 'nat', '-D', 'WEFT-IP-MASQ', '1');
-    await waitFor(async () => (await metric(h, 'weft_ipmasq_repairs_total{mode="iptables"}')) === repairs + 1, { timeoutMs: 5000, what: 'the repair' });
+    await waitFor(async () => (await h.metric('weft_ipmasq_repairs_total{mode="iptables"}')) === repairs + 1, { timeoutMs: 5000, what: 'the repair' });
     await waitFor(() => rulesAre(h, 'custom'), { timeoutMs: 5000, what: 'the repaired rules' });
   });
 

@@ -69,16 +69,7 @@ function expectedNft(family: 4 | 6, network: string, subnet: string): string {
   ].join('\n');
 }
 
-async function metric(h: Host, name: string): Promise<number> {
-  const m = new RegExp(`^${name.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(await h.metrics());
-  return m ? Number(m[1]) : NaN;
-}
 
-/** Waits for `n` more rule passes, so "nothing happened" is observed over real passes. */
-async function passes(h: Host, n: number): Promise<void> {
-  const start = await metric(h, 'weft_ipmasq_checks_total');
-  await waitFor(async () => (await metric(h, 'weft_ipmasq_checks_total')) >= start + n, { timeoutMs: 15_000, what: `${n} rule passes` });
-}
 
 async function iptablesMatches(h: Host): Promise<boolean> {
   const { v4, v6 } = subnets(h);
@@ -132,9 +123,9 @@ describe('ipmasq: masquerade and forward rules in host namespaces', function () 
 
   it('does not rewrite anything while the rules are right', async () => {
     await waitFor(() => iptablesMatches(h), { what: 'the rules' });
-    const writes = await metric(h, 'weft_ipmasq_writes_total{mode="iptables"}');
-    await passes(h, 3);
-    assert.equal(await metric(h, 'weft_ipmasq_writes_total{mode="iptables"}'), writes);
+    const writes = await h.metric('weft_ipmasq_writes_total{mode="iptables"}');
+    await h.rulePasses(3);
+    assert.equal(await h.metric('weft_ipmasq_writes_total{mode="iptables"}'), writes);
   });
 
   const tamper: Record<string, (h: Host) => Promise<unknown>> = {
@@ -151,10 +142,10 @@ describe('ipmasq: masquerade and forward rules in host namespaces', function () 
   for (const [what, act] of Object.entries(tamper)) {
     it(`repairs ${what} within one resync and counts the repair`, async () => {
       await waitFor(() => iptablesMatches(h), { what: 'the rules before tampering' });
-      const repairs = await metric(h, 'weft_ipmasq_repairs_total{mode="iptables"}');
+      const repairs = await h.metric('weft_ipmasq_repairs_total{mode="iptables"}');
       await act(h);
       // The counted repair proves the tampering was seen (the daemon may fix it before we could look).
-      await waitFor(async () => (await metric(h, 'weft_ipmasq_repairs_total{mode="iptables"}')) >= repairs + 1, { timeoutMs: 5_000, what: 'the repair counted' });
+      await waitFor(async () => (await h.metric('weft_ipmasq_repairs_total{mode="iptables"}')) >= repairs + 1, { timeoutMs: 5_000, what: 'the repair counted' });
       await waitFor(() => iptablesMatches(h), { timeoutMs: 5_000, what: 'the repair' });
       assert.match(h.weftd!.output, /repaired masquerade\/forward rules/);
     });
@@ -176,9 +167,9 @@ describe('ipmasq: masquerade and forward rules in host namespaces', function () 
     const handle = listing.nftables.find((i) => i.rule)!.rule!.handle;
     await nsExec(h.ns, 'nft', 'delete', 'rule', 'ip', 'flannel-ipv4', 'postrtg', 'handle', String(handle));
     await waitFor(async () => (await nsExec(h.ns, 'nft', 'list', 'table', 'ip', 'flannel-ipv4')) === expectedNft(4, '10.8.0.0/16', v4), { timeoutMs: 5_000, what: 'nft repair' });
-    const writes = await metric(h, 'weft_ipmasq_writes_total{mode="nftables"}');
-    await passes(h, 3);
-    assert.equal(await metric(h, 'weft_ipmasq_writes_total{mode="nftables"}'), writes);
+    const writes = await h.metric('weft_ipmasq_writes_total{mode="nftables"}');
+    await h.rulePasses(3);
+    assert.equal(await h.metric('weft_ipmasq_writes_total{mode="nftables"}'), writes);
 
     await h.weftd!.stop();
     await c.writeConfig(CONFIG);

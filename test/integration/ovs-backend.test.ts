@@ -31,8 +31,6 @@ function filteredFlows(n: OvsHost, filter: string): Promise<string[]> {
   return new OvsClient({ runDir: n.ovs.runDir }).dumpFlows('br-int', filter);
 }
 
-const counter = (metrics: string, name: string, labels = '') =>
-  Number(new RegExp(`^${name}${labels.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(metrics)?.[1] ?? '0');
 
 describe('ovs backend (integration: OVS netdev datapath in namespaces, etcd, weftd)', function () {
   this.timeout(120_000);
@@ -190,7 +188,7 @@ describe('ovs backend (integration: OVS netdev datapath in namespaces, etcd, wef
   it('repairs a deleted flow and removes a foreign flow in a weft table, and counts it', async () => {
     const [a, b] = nodes as [OvsHost, OvsHost];
     const round = await weftRound(a);
-    const repairs = async (kind: string) => counter(await a.host.metrics(), 'weft_reconcile_repairs_total', `{kind="${kind}"}`);
+    const repairs = async (kind: string) => a.host.metric(`weft_reconcile_repairs_total{kind="${kind}"}`, 0);
     const [added, removed] = [await repairs('added'), await repairs('removed')];
     const peerNet = subnetOf(b.host);
     // Both changes in one atomic bundle, so a reconcile pass sees both or neither.
@@ -221,12 +219,12 @@ describe('ovs backend (integration: OVS netdev datapath in namespaces, etcd, wef
     const podCookie = `cookie=0x${cookieOf(0, Category.Pod, ofport).toString(16)}/0x${OBJECT_MASK.toString(16)}`;
     assert.equal((await filteredFlows(a, podCookie)).length, 5);
     // Two reconcile passes later they are still there: the daemon wants them too.
-    const repairs = counter(await a.host.metrics(), 'weft_reconcile_repairs_total', '{kind="removed"}');
+    const repairs = await a.host.metric('weft_reconcile_repairs_total{kind="removed"}', 0);
     const passes = async () => Number(/^weft_backend_reconcile_duration_seconds_count (\d+)/m.exec(await a.host.metrics())?.[1] ?? 0);
     const start = await passes();
     await waitFor(async () => (await passes()) >= start + 2, { timeoutMs: 10_000, what: 'two reconcile passes' });
     assert.equal((await filteredFlows(a, podCookie)).length, 5);
-    assert.equal(counter(await a.host.metrics(), 'weft_reconcile_repairs_total', '{kind="removed"}'), repairs);
+    assert.equal(await a.host.metric('weft_reconcile_repairs_total{kind="removed"}', 0), repairs);
     // The port goes behind weft's back (not through the plugin): its flows are swept.
     await a.ovs.vsctl('del-port', 'br-int', 'wt-extra');
     await waitFor(async () => (await filteredFlows(a, podCookie)).length === 0, { timeoutMs: 10_000, what: "the gone port's flows to be swept" });
