@@ -26,7 +26,7 @@ describe('host-gw backend: three hosts in namespaces', function () {
   let c: Cluster;
 
   before(async () => {
-    c = await Cluster.create({ hosts: 3, tag: 'hg', config: { Network: '10.6.0.0/16', Backend: { Type: 'host-gw' } } });
+    c = await Cluster.create({ hosts: 3, tag: 'hg', config: { Network: '10.6.0.0/16', SubnetMax: '10.6.99.0', Backend: { Type: 'host-gw' } } });
     await c.startAll();
   });
   after(async () => {
@@ -44,6 +44,7 @@ describe('host-gw backend: three hosts in namespaces', function () {
     const [first, second] = expected(c, h);
     await ipn(h.ns, 'route', 'del', first!.split(' ')[0]!);
     await ipn(h.ns, 'route', 'replace', second!.split(' ')[0]!, 'via', '10.250.0.99', 'dev', 'eth0', 'proto', '88');
+    // A stale route to a subnet no host can hold (SubnetMax keeps leases below it).
     await ipn(h.ns, 'route', 'add', '10.6.250.0/24', 'via', '10.250.0.77', 'dev', 'eth0', 'proto', '88');
     await waitFor(() => converged(c), { timeoutMs: 10_000, what: 'routes repaired' });
     await waitFor(() => c.allPodsReachable(), { timeoutMs: 10_000, what: 'pings after the repair' });
