@@ -30,7 +30,7 @@ export function run(cmd: string, args: readonly string[], opts: RunOptions = {})
   return runCommand(cmd, args, {
     timeoutMs: opts.timeoutMs ?? 30_000,
     env: opts.env ?? { ...process.env, PATH: childPath() },
-    ...(opts.input !== undefined ? { stdin: opts.input } : {}),
+    ...(opts.input !== undefined ? { input: opts.input } : {}),
   });
 }
 

@@ -2,7 +2,7 @@
 // (containernetworking/plugins plugins/main/bridge), decoded with Go's encoding/json rules (a
 // wrong JSON type is an error, null keeps the default, unknown keys are ignored) and validated
 // with the reference's messages. Pure: no I/O.
-import { InvalidMacError, parseMac } from '../../src/netlink/mac.js';
+import { InvalidMacError, parseMac } from '../../src/util/mac.js';
 import { CniError, ErrorCode, type CniDNS, type NetConf } from '../skel/types.js';
 
 export const DEFAULT_BRIDGE = 'cni0';

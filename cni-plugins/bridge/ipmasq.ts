@@ -10,7 +10,7 @@
 // nftables backend (pkg/ip/ipmasq_nftables_linux.go): table inet cni_plugins_masquerade, one rule
 // per IP in masq_checks with a comment that starts with hash16(net)-hash16(ifname:cid).
 import { accessSync, constants } from 'node:fs';
-import { IPNet, type Family } from '../../src/util/ip.js';
+import { IPNet, MULTICAST, type Family } from '../../src/util/ip.js';
 import { sha512Hex } from '../skel/sha512.js';
 import { CommandFailedError, execChecked, execProgram } from './exec.js';
 import { splitRuleArgs } from '../../src/util/rule-args.js';
@@ -44,7 +44,6 @@ export function masqAddr(cidr: string): MasqAddr {
   return { ip: ip.toString(), net, family: ip.family };
 }
 
-const MULTICAST: Record<Family, string> = { 4: '224.0.0.0/4', 6: 'ff00::/8' };
 
 /** Quotes one iptables-restore argument (the same escaping iptables-save uses). */
 function restoreArg(s: string): string {

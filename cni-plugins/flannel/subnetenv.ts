@@ -1,6 +1,6 @@
 // Reading subnet.env the way flannel's CNI plugin does (flannel.go loadFlannelSubnetEnv): one
 // KEY=VALUE per line, unknown lines ignored, a later line wins over an earlier one. weftd writes
-// the file (src/network/subnetenv.ts); this side only reads it. weftd's own WEFT_* lines (after
+// the file (src/daemon/subnetenv.ts); this side only reads it. weftd's own WEFT_* lines (after
 // flannel's; e.g. WEFT_BACKEND=ovs with the bridge the weft-ovs plugin attaches pods to) are
 // kept as given: the delegate that uses them validates them.
 import { readFileSync } from 'node:fs';

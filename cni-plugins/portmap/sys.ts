@@ -42,7 +42,7 @@ export class ToolMissingError extends Error {
 export async function runTool(name: string, args: readonly string[], stdin?: string): Promise<string> {
   const path = findBinary(name);
   if (!path) throw new ToolMissingError(name);
-  return runCommand(path, args, stdin === undefined ? {} : { stdin });
+  return runCommand(path, args, stdin === undefined ? {} : { input: stdin });
 }
 
 /** Diagnostics that must not fail the verb (the reference logs them too). Never stdout. */

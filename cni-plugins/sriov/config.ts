@@ -5,7 +5,7 @@
 // Errors are code 7 (invalid network config) with sriov-cni's message text; sriov-cni itself
 // reports every failure as a plain error (999).
 import { isAbsolute } from 'node:path';
-import { InvalidMacError, parseMac } from '../../src/netlink/mac.js';
+import { InvalidMacError, parseMac } from '../../src/util/mac.js';
 import type { VfLinkState, VlanProto } from '../../src/netlink/vf.js';
 import { CniError, ErrorCode, type NetConf } from '../skel/types.js';
 

@@ -1,5 +1,5 @@
 // The contract between the daemon loop and a dataplane backend, and the registry of backend types.
-import type { ExternalInterface } from '../network/iface.js';
+import type { ExternalInterface } from '../daemon/iface.js';
 import type { BackendConfig, NetworkConfig } from '../subnet/config.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../subnet/lease.js';
 import type { Logger } from '../util/log.js';

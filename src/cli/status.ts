@@ -1,6 +1,6 @@
 // `weft status`: this node's lease, backend, repairs and rule keeper, read from the running weftd's
 // /status endpoint (served with --healthz-port) and shown as text or JSON.
-import { STATUS_KIND, STATUS_VERSION, type StatusSnapshot, type TimedError } from '../network/status.js';
+import { STATUS_KIND, STATUS_VERSION, type StatusSnapshot, type TimedError } from '../daemon/status.js';
 
 export const DEFAULT_STATUS_ENDPOINT = 'http://127.0.0.1:8081';
 const TIMEOUT_MS = 5000;

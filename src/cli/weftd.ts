@@ -1,9 +1,9 @@
 // weftd: the node daemon. Exit codes: 0 after SIGTERM/SIGINT, 1 when it cannot go on, 2 for bad flags.
 import { defaultBackends } from '../backend/registry.js';
-import { Daemon, FatalError } from '../network/daemon.js';
-import { HealthServer } from '../network/http.js';
-import { DaemonMetrics } from '../network/metrics.js';
-import { readPreviousSubnets } from '../network/subnetenv.js';
+import { Daemon, FatalError } from '../daemon/daemon.js';
+import { HealthServer } from '../daemon/http.js';
+import { DaemonMetrics } from '../daemon/metrics.js';
+import { readPreviousSubnets } from '../daemon/subnetenv.js';
 import { EtcdSubnetManager } from '../subnet/etcd/manager.js';
 import { KubeClient, KubeConfigError, loadKubeConfig, NodeNameError, resolveNodeName } from '../subnet/kube/client.js';
 import { AnnotationValueError, storedPublicIPs } from '../subnet/kube/annotations.js';

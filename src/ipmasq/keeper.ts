@@ -47,7 +47,7 @@ const TABLES: readonly XtTable[] = ['nat', 'filter'];
 const KINDS: readonly ChainKind[] = ['masq', 'forward', 'agent'];
 const FAMILIES: readonly Family[] = [4, 6];
 
-const defaultRunner: Runner = (command, args, stdin) => runCommand(command, args, stdin === undefined ? {} : { stdin });
+const defaultRunner: Runner = (command, args, stdin) => runCommand(command, args, stdin === undefined ? {} : { input: stdin });
 
 export class ConflictingMasqModesError extends Error {
   constructor() {

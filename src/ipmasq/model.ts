@@ -1,6 +1,6 @@
 // The masquerade and forward rules of one node, as data. Both the iptables and the nftables
 // renderings come from this one description, so the two modes can never drift apart.
-import { IPNet, type Family } from '../util/ip.js';
+import { IPNet, MULTICAST, type Family } from '../util/ip.js';
 import { AGENT_CHAIN, AGENT_COMMENTS, AGENT_NFT_CHAIN, agentRules, type AgentMasq } from './agent-rules.js';
 
 /** kube-proxy marks packets it wants masqueraded with this bit; flannel leaves them alone. */
@@ -69,7 +69,6 @@ export interface MasqInput {
   readonly agent?: AgentMasq | null;
 }
 
-const MULTICAST: Record<Family, string> = { 4: '224.0.0.0/4', 6: 'ff00::/8' };
 
 const src = (net: IPNet, negate = false): Match => ({ kind: 'src', net, negate });
 const dst = (net: IPNet, negate = false): Match => ({ kind: 'dst', net, negate });

@@ -6,7 +6,7 @@ import { getSystemErrorName } from 'node:util';
 import { AttrStream, ifla, rt, type StreamData } from 'netlink';
 
 import { IPAddr, IPNet, type Family } from '../util/ip.js';
-import { macFromBuffer } from './mac.js';
+import { macFromBuffer } from '../util/mac.js';
 import {
   forEachAttr,
   MessageWriter,

@@ -21,7 +21,7 @@ export {
   type VxlanSpec,
   type Watch,
 } from './types.js';
-export { InvalidMacError, isValidMac, parseMac } from './mac.js';
+export { InvalidMacError, isValidMac, parseMac } from '../util/mac.js';
 export { describeOp } from './codec.js';
 export {
   DEFAULT_MAX_IN_FLIGHT,

@@ -28,7 +28,7 @@ import {
   u32ne,
 } from './codec.js';
 import { Limiter, Mutex } from './limiter.js';
-import { isValidMac, macToBuffer } from './mac.js';
+import { isValidMac, macToBuffer } from '../util/mac.js';
 import { NHMSG_LEN, RTM_GETNEXTHOP } from './wire.js';
 import {
   NetlinkError,

@@ -18,7 +18,8 @@ export const NUD = {
 } as const;
 
 /** A MAC address in lower-case colon hex, "0e:2a:00:11:22:33" (Go's net.HardwareAddr.String()). */
-export type Mac = string;
+export type { Mac } from '../util/mac.js';
+import type { Mac } from '../util/mac.js';
 
 export interface VxlanAttrs {
   vni: number;

@@ -4,7 +4,7 @@
 // Pure: no socket and no import of the native `netlink` package, so a CNI plugin bundle (which
 // cannot load a native addon) may import it too. Layouts: include/uapi/linux/if_link.h.
 import { endianness } from 'node:os';
-import { macFromBuffer, macToBuffer, parseMac } from './mac.js';
+import { macFromBuffer, macToBuffer, parseMac } from '../util/mac.js';
 
 export const IFLA_IFNAME = 3;
 export const IFLA_NUM_VF = 21;

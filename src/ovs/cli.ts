@@ -123,7 +123,7 @@ export class OvsClient {
       return await runCommand(tool, args, {
         env: this.env,
         timeoutMs: (this.timeout + 5) * 1000,
-        ...(stdin !== undefined ? { stdin } : {}),
+        ...(stdin !== undefined ? { input: stdin } : {}),
       });
     } catch (e) {
       throw this.wrap(e, tool, socket);

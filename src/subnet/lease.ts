@@ -1,5 +1,6 @@
 // The lease model shared by every lease manager and backend. Field names follow flannel's
 // lease.LeaseAttrs / lease.Lease; the JSON shape lives in codec.ts.
+import { checkUnicastMac } from '../util/mac.js';
 import type { IPAddr, IPNet } from '../util/ip.js';
 
 /** A JSON value as found in BackendData: kept parsed, re-encoded compactly. */
@@ -55,3 +56,18 @@ export function sameSubnet(a: LeaseSubnets, b: LeaseSubnets): boolean {
   return v4 !== false && v6 !== false;
 }
 
+
+/**
+ * The VtepMAC a lease publishes for `family` (backendData / backendV6Data), validated: null when
+ * absent, not a MAC, multicast or all zeros. The one reader for backends, status and trace.
+ */
+export function vtepMacOf(lease: Pick<Lease, 'attrs'>, family: 4 | 6): string | null {
+  return vtepMacOfData(family === 4 ? lease.attrs.backendData : lease.attrs.backendV6Data);
+}
+
+/** The same, from the backend data itself. */
+export function vtepMacOfData(data: JsonValue | undefined): string | null {
+  if (!data || typeof data !== 'object' || Array.isArray(data)) return null;
+  const r = checkUnicastMac(data.VtepMAC);
+  return 'mac' in r ? r.mac : null;
+}

@@ -1,7 +1,20 @@
-// Runs a program with an argument array (never a shell), optional stdin, a deadline, and an error
-// that carries the command line and the program's stderr.
+// The one process runner of weftd, the weft CLI and the CNI plugins: a program with an argument
+// array (never a shell), optional stdin, inherited file descriptors, a deadline, and one error type
+// that carries the command line, the exit status and both streams.
+//
+// Two ways to wait: `runCommand` wants exit status 0 and gives stdout; `execProgram` gives back
+// any exit status with both streams (`ip -force -batch` reports partial failures while still
+// printing what it could read). `startProgram` starts a program before its input is known, so that
+// its start-up overlaps the caller's remaining work (the CNI plugins' critical path).
 import { spawn } from 'node:child_process';
 
+export interface ExecResult {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** A program could not run (exitCode null: not installed, killed, timed out) or exited non-zero. */
 export class CommandError extends Error {
   constructor(
     readonly command: string,
@@ -12,7 +25,8 @@ export class CommandError extends Error {
     /** What the program printed before failing (some report results through a non-zero exit). */
     readonly stdout?: string,
   ) {
-    super(`${command} ${args.join(' ')}: ${why}${stderr.trim() ? `: ${stderr.trim()}` : ''}`);
+    const detail = stderr.trim() || (exitCode !== null ? (stdout ?? '').trim() : '');
+    super(`${command} ${args.join(' ')}: ${why}${detail ? `: ${detail}` : ''}`);
     this.name = 'CommandError';
   }
 
@@ -20,30 +34,94 @@ export class CommandError extends Error {
   get notFound(): boolean {
     return this.exitCode === null && /ENOENT/.test(this.message);
   }
+
+  /** A program that ran and exited non-zero. */
+  static failed(command: string, args: readonly string[], r: ExecResult): CommandError {
+    return new CommandError(command, args, r.code, r.stderr, `exit status ${r.code}`, r.stdout);
+  }
 }
 
-export interface RunOptions {
-  readonly stdin?: string;
+export interface ExecOptions {
+  readonly input?: string;
+  /** File descriptors the child inherits as fd 3, 4, … */
+  readonly extraFds?: readonly number[];
+  /** Default 30 s; the child is killed (SIGTERM) after it. */
   readonly timeoutMs?: number;
-  /** The child's environment (default: ours). */
+  /** The child's environment (default: ours); LC_ALL=C is always set, the messages we match on are the untranslated ones. */
   readonly env?: NodeJS.ProcessEnv;
 }
 
-/** Resolves with stdout when the program exits 0. */
-export function runCommand(command: string, args: readonly string[], opts: RunOptions = {}): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'], timeout: opts.timeoutMs ?? 30_000, ...(opts.env ? { env: opts.env } : {}) });
+/** A program started before its input is known: it waits on stdin until `feed`. */
+export interface StartedProgram {
+  /** Writes `input` to the program's stdin and closes it; only the first call writes. */
+  feed(input: string): void;
+  /** Settles when the program has exited (rejects with a CommandError, exitCode null, when it could not run). */
+  readonly result: Promise<ExecResult>;
+}
+
+function spawnProgram(command: string, args: readonly string[], stdin: 'ignore' | 'pipe', opts: Omit<ExecOptions, 'input'>): StartedProgram {
+  let fed = false;
+  let feedStdin: (input: string) => void = () => {};
+  const result = new Promise<ExecResult>((resolve, reject) => {
+    const child = spawn(command, [...args], {
+      stdio: [stdin, 'pipe', 'pipe', ...(opts.extraFds ?? [])],
+      timeout: opts.timeoutMs ?? 30_000,
+      env: { ...(opts.env ?? process.env), LC_ALL: 'C' },
+    });
     let stdout = '';
     let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    child.stdout?.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr?.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     child.on('error', (e) => reject(new CommandError(command, args, null, stderr, e.message)));
     child.on('close', (code, signal) => {
-      if (code === 0) resolve(stdout);
-      else reject(new CommandError(command, args, code, stderr, signal ? `killed by ${signal}` : `exit status ${code}`, stdout));
+      if (code === null) reject(new CommandError(command, args, null, stderr, `killed by ${signal ?? 'a signal'}`, stdout));
+      else resolve({ code, stdout, stderr });
     });
-    // A program that exits without reading stdin must not crash us with EPIPE.
-    child.stdin.on('error', () => {});
-    child.stdin.end(opts.stdin ?? '');
+    if (child.stdin) {
+      const input = child.stdin;
+      // A program that exits without reading all of stdin must not crash us with EPIPE.
+      input.on('error', () => {});
+      feedStdin = (text) => input.end(text);
+    }
   });
+  // Whoever started it may fail elsewhere before awaiting it: that must not be an unhandled rejection.
+  result.catch(() => undefined);
+  return {
+    feed(input: string): void {
+      if (fed) return;
+      fed = true;
+      feedStdin(input);
+    },
+    result,
+  };
+}
+
+/** Resolves with the exit status and both streams, whatever the status. */
+export function execProgram(command: string, args: readonly string[], opts: ExecOptions = {}): Promise<ExecResult> {
+  if (opts.input === undefined) return spawnProgram(command, args, 'ignore', opts).result;
+  const p = spawnProgram(command, args, 'pipe', opts);
+  p.feed(opts.input);
+  return p.result;
+}
+
+/**
+ * Starts `command` now with its stdin open, so that its start-up (fork, exec, nsenter, loading)
+ * overlaps whatever the caller still has to do before it knows the input. Every started program
+ * must be fed (an empty input lets `ip -batch` and `sysctl -p-` exit doing nothing).
+ */
+export function startProgram(command: string, args: readonly string[], opts: Omit<ExecOptions, 'input'> = {}): StartedProgram {
+  return spawnProgram(command, args, 'pipe', opts);
+}
+
+/** Runs and requires exit status 0; resolves with the whole result. */
+export async function execChecked(command: string, args: readonly string[], opts: ExecOptions = {}): Promise<ExecResult> {
+  const r = await execProgram(command, args, opts);
+  if (r.code !== 0) throw CommandError.failed(command, args, r);
+  return r;
+}
+
+/** Runs and requires exit status 0; resolves with stdout. stdin is always a pipe (empty by default). */
+export async function runCommand(command: string, args: readonly string[], opts: ExecOptions = {}): Promise<string> {
+  const r = await execChecked(command, args, { ...opts, input: opts.input ?? '' });
+  return r.stdout;
 }

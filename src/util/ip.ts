@@ -256,3 +256,6 @@ function formatV6(v: bigint): string {
   if (bestStart < 0) return hex(groups);
   return `${hex(groups.slice(0, bestStart))}::${hex(groups.slice(bestStart + bestLen))}`;
 }
+
+/** The multicast range of each family: masquerade rules never touch traffic to it. */
+export const MULTICAST: Readonly<Record<Family, string>> = { 4: '224.0.0.0/4', 6: 'ff00::/8' };

@@ -10,7 +10,7 @@ import {
   type IfaceOptions,
   type LinkInfo,
   type SystemView,
-} from '../../src/network/iface.js';
+} from '../../src/daemon/iface.js';
 import { IPAddr } from '../../src/util/ip.js';
 
 const run = promisify(execFile);

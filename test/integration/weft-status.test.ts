@@ -3,7 +3,7 @@
 // count matches /metrics, repairs of routes and rules show up with their times, and an endpoint
 // where nothing listens exits 1 with a clear message.
 import assert from 'node:assert/strict';
-import type { StatusSnapshot } from '../../src/network/status.js';
+import type { StatusSnapshot } from '../../src/daemon/status.js';
 import { Cluster, type Host } from '../helpers/cluster.js';
 import { ipn, nsExec } from '../helpers/netns.js';
 import { waitFor } from '../helpers/wait.js';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { getEventListeners } from 'node:events';
-import { EventBatcher } from '../../src/network/batcher.js';
+import { EventBatcher } from '../../src/daemon/batcher.js';
 import type { Lease, LeaseEvent, LeaseEventType } from '../../src/subnet/lease.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';
 

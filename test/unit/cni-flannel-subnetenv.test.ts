@@ -9,7 +9,7 @@ import {
   SubnetEnvError,
   type FlannelSubnetEnv,
 } from '../../cni-plugins/flannel/subnetenv.js';
-import { renderSubnetEnv } from '../../src/network/subnetenv.js';
+import { renderSubnetEnv } from '../../src/daemon/subnetenv.js';
 import { IPNet } from '../../src/util/ip.js';
 
 const FILE = '/run/flannel/subnet.env';

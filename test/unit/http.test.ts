@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { PassThrough } from 'node:stream';
-import { HealthServer, HealthServerError } from '../../src/network/http.js';
-import { DaemonMetrics } from '../../src/network/metrics.js';
+import { HealthServer, HealthServerError } from '../../src/daemon/http.js';
+import { DaemonMetrics } from '../../src/daemon/metrics.js';
 import { createLogger, rateLimited, type LogFields, type Logger, type LogLevel } from '../../src/util/log.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';
 

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { diffState, type DesiredState } from '../../src/backend/kernel/diff.js';
-import { parseVxlanOptions, vtepMacOf } from '../../src/backend/vxlan/vxlan.js';
+import { parseVxlanOptions } from '../../src/backend/vxlan/vxlan.js';
+import { vtepMacOfData as vtepMacOf } from '../../src/subnet/lease.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';
 
 const ip = (s: string) => IPAddr.parse(s);

@@ -10,9 +10,9 @@ import {
   StatusResponseError,
   statusUrl,
 } from '../../src/cli/status.js';
-import { HealthServer } from '../../src/network/http.js';
-import { DaemonMetrics } from '../../src/network/metrics.js';
-import { buildStatus, DaemonActivity, type StatusInput, type StatusSnapshot } from '../../src/network/status.js';
+import { HealthServer } from '../../src/daemon/http.js';
+import { DaemonMetrics } from '../../src/daemon/metrics.js';
+import { buildStatus, DaemonActivity, type StatusInput, type StatusSnapshot } from '../../src/daemon/status.js';
 import { parseNetworkConfig } from '../../src/subnet/config.js';
 import type { Lease } from '../../src/subnet/lease.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';

@@ -11,7 +11,7 @@ import {
   writeSubnetEnv,
   type PreviousSubnets,
   type SubnetEnv,
-} from '../../src/network/subnetenv.js';
+} from '../../src/daemon/subnetenv.js';
 import { IPNet } from '../../src/util/ip.js';
 
 const net = (s: string): IPNet => IPNet.parse(s);

@@ -11,6 +11,7 @@
 import { writeFile } from 'node:fs/promises';
 
 import { IPAddr, type IPNet } from '../../util/ip.js';
+import { VXLAN_OVERHEAD } from '../mtu.js';
 import type { JsonValue, Lease, LeaseAttrs } from '../../subnet/lease.js';
 import { withFileLock } from '../../util/flock.js';
 import { Netlink } from '../../netlink/index.js';
@@ -37,7 +38,6 @@ import { desiredFlows, gatewayOf, macFromIP, pipelineFlows, podFlows, renderFlow
 
 export const DEFAULT_OVS_UDP_PORT = 4789;
 /** VXLAN over IPv4: outer Ethernet 14 + IP 20 + UDP 8 + VXLAN 8. */
-const VXLAN_OVERHEAD = 50;
 
 export interface OvsOptions {
   readonly vni: number;
@@ -85,7 +85,7 @@ export class OvsBackend implements Backend {
   }
 
   private get mtu(): number {
-    return (this.opts.mtu ?? this.ctx.extIface.mtu) - VXLAN_OVERHEAD;
+    return (this.opts.mtu ?? this.ctx.extIface.mtu) - VXLAN_OVERHEAD[4];
   }
 
   async prepare(): Promise<Prepared> {

@@ -2,11 +2,12 @@
 // subnet address → peer VTEP MAC), one FDB entry (peer VTEP MAC → peer public IP) and one onlink
 // route, applied as a diff on start, after every event batch and on the reconcile timer.
 import { IPAddr, IPNet } from '../../util/ip.js';
-import type { Lease, LeaseAttrs, JsonValue } from '../../subnet/lease.js';
-import { isValidMac, Netlink } from '../../netlink/index.js';
+import { vtepMacOfData, type JsonValue, type Lease, type LeaseAttrs } from '../../subnet/lease.js';
+import { Netlink } from '../../netlink/index.js';
 import type { Backend, BackendContext } from '../backend.js';
 import type { DesiredState, NeighSpec, FdbSpec, RouteSpec } from '../kernel/diff.js';
 import { program, type ProgramScope } from '../kernel/programmer.js';
+import { VXLAN_OVERHEAD } from '../mtu.js';
 import { BackendOptions } from '../options.js';
 import { PeerFilter } from '../peers.js';
 import { SerialQueue } from '../serial.js';
@@ -94,14 +95,14 @@ export class VxlanBackend implements Backend {
 
   /** VXLAN adds 50 bytes over IPv4 and 70 over IPv6; pods get the smaller MTU of the devices. */
   private deviceMtu(family: 4 | 6): number {
-    return (this.opts.mtu ?? this.ctx.extIface.mtu) - (family === 4 ? 50 : 70);
+    return (this.opts.mtu ?? this.ctx.extIface.mtu) - VXLAN_OVERHEAD[family];
   }
 
   async prepare(): Promise<{ attrs: LeaseAttrs; mtu: number }> {
     const previous = this.ctx.previousLease ?? null;
     for (const family of this.families) {
       const prevData = previous ? familyOf(previous, family).data : undefined;
-      const { dev } = await this.ensureDevice(family, vtepMacOf(prevData));
+      const { dev } = await this.ensureDevice(family, vtepMacOfData(prevData));
       this.devices.push(dev);
     }
     const v4 = this.devices.find((d) => d.family === 4);
@@ -225,7 +226,7 @@ export class VxlanBackend implements Backend {
       for (const dev of this.devices) {
         const p = familyOf(peer, dev.family);
         if (!p.subnet || !p.publicIP || p.publicIP.isUnspecified()) continue;
-        const mac = vtepMacOf(p.data);
+        const mac = vtepMacOfData(p.data);
         if (!mac) {
           this.filter.skip(peer, `no valid VtepMAC in its IPv${dev.family} backend data`);
           continue;
@@ -251,9 +252,3 @@ export class VxlanBackend implements Backend {
   }
 }
 
-/** The VtepMAC of a peer's backend data, or null when absent or malformed. */
-export function vtepMacOf(data: JsonValue | undefined): string | null {
-  if (!data || typeof data !== 'object' || Array.isArray(data)) return null;
-  const mac = data.VtepMAC;
-  return typeof mac === 'string' && isValidMac(mac) ? mac.toLowerCase() : null;
-}

@@ -1,7 +1,7 @@
 // flannel's Node annotations (pkg/subnet/kube/annotations.go, kube.go): their names under
 // --kube-annotation-prefix, the values a node publishes about itself, and the values it reads back
 // from its own Node at start-up (VTEP MACs, node-public-ip). Pure: no API calls.
-import { isValidMac } from '../../netlink/mac.js';
+import { checkUnicastMac } from '../../util/mac.js';
 import type { Mac } from '../../netlink/types.js';
 import { IPAddr, type Family } from '../../util/ip.js';
 import { goJson } from '../codec.js';
@@ -223,13 +223,8 @@ function storedMac(node: KubeNode, key: string, problems: string[]): Mac | null 
   const entry = Object.entries(data as Record<string, unknown>).find(([k]) => k.toLowerCase() === 'vtepmac');
   if (!entry) return null;
   const mac: unknown = entry[1];
-  if (!isValidMac(mac)) return fail(`VtepMAC ${JSON.stringify(mac)} is not a MAC address`);
-  const norm = mac.toLowerCase().replaceAll('-', ':');
-  const first = parseInt(norm.slice(0, 2), 16);
-  // The kernel refuses a multicast or all-zero address on a device.
-  if ((first & 1) === 1) return fail(`VtepMAC ${mac} is a multicast address`);
-  if (norm === '00:00:00:00:00:00') return fail(`VtepMAC ${mac} is all zeros`);
-  return norm;
+  const checked = checkUnicastMac(mac);
+  return 'mac' in checked ? checked.mac : fail(`VtepMAC ${checked.problem}`);
 }
 
 export interface StoredPublicIPs {

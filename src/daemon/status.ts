@@ -3,7 +3,7 @@
 // can never disagree; times and last errors come from DaemonActivity, which metrics do not keep.
 import type { RulesMode } from '../ipmasq/keeper.js';
 import type { NetworkConfig } from '../subnet/config.js';
-import type { JsonValue, Lease } from '../subnet/lease.js';
+import { vtepMacOf, type Lease } from '../subnet/lease.js';
 import type { DaemonMetrics } from './metrics.js';
 
 export const STATUS_KIND = 'weft-status';
@@ -151,11 +151,6 @@ export interface StatusOptions {
   readonly now?: Date;
 }
 
-function vtepMac(data: JsonValue | undefined): string | null {
-  if (!data || typeof data !== 'object' || Array.isArray(data)) return null;
-  return typeof data.VtepMAC === 'string' ? data.VtepMAC : null;
-}
-
 export function peerStatus(lease: Lease): PeerStatus {
   return {
     subnet: lease.subnet ? lease.subnet.toString() : null,
@@ -163,8 +158,8 @@ export function peerStatus(lease: Lease): PeerStatus {
     publicIP: lease.attrs.publicIP.toString(),
     publicIPv6: lease.attrs.publicIPv6 ? lease.attrs.publicIPv6.toString() : null,
     backendType: lease.attrs.backendType ?? null,
-    vtepMAC: vtepMac(lease.attrs.backendData),
-    vtepMACv6: vtepMac(lease.attrs.backendV6Data),
+    vtepMAC: vtepMacOf(lease, 4),
+    vtepMACv6: vtepMacOf(lease, 6),
   };
 }
 

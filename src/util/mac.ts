@@ -1,5 +1,6 @@
 // MAC addresses: text in Go's net.HardwareAddr.String() form, bytes on the wire.
-import type { Mac } from './types.js';
+/** Lower-case colon hex, e.g. "0e:00:00:00:00:01". */
+export type Mac = string;
 
 export class InvalidMacError extends Error {
   constructor(readonly input: string) {
@@ -20,6 +21,18 @@ export function isValidMac(text: unknown): text is Mac {
 export function parseMac(text: string): Mac {
   if (!isValidMac(text)) throw new InvalidMacError(String(text));
   return text.toLowerCase().replaceAll('-', ':');
+}
+
+/**
+ * A MAC a vxlan peer may be given as its VTEP: valid text, unicast and not all zeros (the kernel
+ * refuses a multicast or all-zero address on a device). Lower-case colon form, or why not.
+ */
+export function checkUnicastMac(text: unknown): { readonly mac: Mac } | { readonly problem: string } {
+  if (!isValidMac(text)) return { problem: `${JSON.stringify(text)} is not a MAC address` };
+  const mac = parseMac(text);
+  if ((parseInt(mac.slice(0, 2), 16) & 1) === 1) return { problem: `${text} is a multicast address` };
+  if (mac === '00:00:00:00:00:00') return { problem: `${text} is all zeros` };
+  return { mac };
 }
 
 export function macToBuffer(mac: Mac): Buffer {
