@@ -131,7 +131,7 @@ let sharedLogger: Logger | null = null;
 function weftParticipant(s: Setup, node: number): Participant {
   // One logger for all nodes of a worker: 1000 winston instances would only measure winston.
   sharedLogger ??= createLogger({ level: 'error' });
-  const m = new EtcdSubnetManager({
+  const m = EtcdSubnetManager.connect({
     endpoints: [s.endpoint],
     prefix: s.prefix,
     knownBackends: ['alloc'],

@@ -40,7 +40,7 @@ import { GATEWAY_PORT_NAME, listPodInterfaces, nextRound, readRound, TUNNEL_PORT
 import { OvsBackend, parseOvsOptions } from '../src/backend/ovs/ovs.js';
 import { desiredFlows, gatewayOf, macFromIP, renderFlows, type NodePorts, type PeerNode } from '../src/backend/ovs/pipeline.js';
 import { attachPodPort } from '../src/backend/ovs/podport.js';
-import type { ExternalInterface } from '../src/daemon/iface.js';
+import type { ExternalInterface } from '../src/backend/backend.js';
 import { Netlink, WEFT_ROUTE_PROTOCOL } from '../src/netlink/index.js';
 import { OvsClient } from '../src/ovs/cli.js';
 import { parseNetworkConfig } from '../src/subnet/config.js';

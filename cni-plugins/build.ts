@@ -1,4 +1,4 @@
-// Bundles every cni-plugins/<name>/main.ts into one executable file <outDir>/<name>:
+// Bundles every entry point cni-plugins/cmd/<name>.ts into one executable file <outDir>/<name>:
 //
 //   #!/usr/bin/env -S -u NODE_EXTRA_CA_CERTS node     (that variable costs ~80 ms of Node start-up)
 //   // weft-cni-plugin: <name>                          (marker: delegation calls it in-process)
@@ -13,7 +13,7 @@
 // a "type": "module" package.json Node would load it through the ESM loader (+10 ms), hence the
 // `{"type":"commonjs"}` package.json written next to the bundles (dist/cni/bin sits in this repo).
 //
-// CommonJS has no top-level await: a plugin main's `await runPlugin(plugin)` is built as
+// CommonJS has no top-level await: an entry point's `await runPlugin(plugin)` is built as
 // `void runPlugin(plugin)` (runPlugin never rejects and is the last statement); any other
 // top-level await fails the build with a clear message. So does `import.meta` (empty in CommonJS).
 //
@@ -23,6 +23,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { chmod, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { errorMessage } from '../src/util/errors.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = resolve(HERE, '..');
@@ -36,7 +37,7 @@ const FORBIDDEN_PACKAGES = ['winston', 'etcd3', '@grpc', 'prom-client', 'yargs',
 export interface BundleEntry {
   /** Bundle file name (= the CNI `type`), e.g. "host-local". */
   readonly name: string;
-  /** The entry module, e.g. cni-plugins/host-local/main.ts. */
+  /** The entry module, e.g. cni-plugins/cmd/host-local.ts. */
   readonly entry: string;
 }
 
@@ -52,14 +53,16 @@ export class CniBuildError extends Error {
 
 const NAME_RE = /^[a-z0-9][a-z0-9_.-]*$/;
 
-/** cni-plugins/<name>/main.ts for every plugin directory that has one (skel has none). */
-/** Bundles named other than their directory: `ovs` is ovs-cni's plugin name, ours is `weft-ovs`. */
-const BUNDLE_NAMES: Readonly<Record<string, string>> = { ovs: 'weft-ovs' };
+/** The entry points (composition roots) live in cni-plugins/cmd/, each file named after its bundle. */
+const ENTRY_DIR = 'cmd';
 
+/** cni-plugins/cmd/<name>.ts for every bundle: `<name>` is the bundle's (and the CNI `type`'s) name. */
 export function findPluginEntries(pluginsDir = HERE): BundleEntry[] {
-  return readdirSync(pluginsDir, { withFileTypes: true })
-    .filter((d) => d.isDirectory() && existsSync(join(pluginsDir, d.name, 'main.ts')))
-    .map((d) => ({ name: BUNDLE_NAMES[d.name] ?? d.name, entry: join(pluginsDir, d.name, 'main.ts') }))
+  const dir = join(pluginsDir, ENTRY_DIR);
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { withFileTypes: true })
+    .filter((d) => d.isFile() && d.name.endsWith('.ts') && !d.name.endsWith('.d.ts'))
+    .map((d) => ({ name: d.name.slice(0, -'.ts'.length), entry: join(dir, d.name) }))
     .sort((a, b) => a.name.localeCompare(b.name));
 }
 
@@ -76,12 +79,12 @@ function forbiddenInputs(meta: Metafile, output: string): string[] {
   return FORBIDDEN_PACKAGES.filter((p) => inputs.some((i) => i.includes(`node_modules/${p}/`)));
 }
 
-/** Plugin mains end with `await runPlugin(…)`; CommonJS needs it without the await. */
+/** Entry points end with `await runPlugin(…)`; CommonJS needs it without the await. */
 function mainRewrite(entries: ReadonlySet<string>): Plugin {
   return {
     name: 'weft-cni-main',
     setup(b) {
-      b.onLoad({ filter: /[\\/]main\.ts$/ }, async (args) => {
+      b.onLoad({ filter: /\.ts$/ }, async (args) => {
         if (!entries.has(resolve(args.path))) return undefined;
         const source = await readFile(args.path, 'utf8');
         return { contents: source.replace(/^await(\s+runPlugin\s*\()/m, 'void$1'), loader: 'ts' };
@@ -116,8 +119,8 @@ async function bundleOne(outDir: string, e: BundleEntry, version: string): Promi
     });
   } catch (err) {
     const errors = (err as { errors?: Message[] }).errors ?? [];
-    const text = errors.length > 0 ? describeMessages(errors) : (err as Error).message;
-    const hint = /top-level await/i.test(text) ? ' (a plugin main may only `await runPlugin(plugin)` at top level)' : '';
+    const text = errors.length > 0 ? describeMessages(errors) : errorMessage(err);
+    const hint = /top-level await/i.test(text) ? ' (an entry point may only `await runPlugin(plugin)` at top level)' : '';
     throw new CniBuildError(e.name, text + hint);
   }
   const importMeta = result.warnings.filter((w) => w.id === 'empty-import-meta');
@@ -158,7 +161,7 @@ export async function buildCniBundlesReport(outDirArg: string, entries: readonly
   const failures: CniBuildError[] = [];
   settled.forEach((s, i) => {
     if (s.status === 'fulfilled') written.push(s.value);
-    else failures.push(s.reason instanceof CniBuildError ? s.reason : new CniBuildError(entries[i]!.name, String((s.reason as Error)?.message ?? s.reason)));
+    else failures.push(s.reason instanceof CniBuildError ? s.reason : new CniBuildError(entries[i]!.name, errorMessage(s.reason)));
   });
   return { written, failures };
 }
@@ -182,6 +185,6 @@ if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1]
   const { written, failures } = await buildCniBundlesReport(outDir, entries);
   for (const p of written) console.log(p);
   for (const f of failures) console.error(f.message);
-  if (entries.length === 0) console.error(`no cni-plugins/*/main.ts found; nothing written to ${outDir}`);
+  if (entries.length === 0) console.error(`no cni-plugins/cmd/*.ts found; nothing written to ${outDir}`);
   if (failures.length > 0) process.exitCode = 1;
 }

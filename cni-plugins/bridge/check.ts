@@ -4,7 +4,7 @@
 import { IPAddr, IPNet } from '../../src/util/ip.js';
 import { CniError, ErrorCode, type CniInterface, type CniResult, type CniRoute } from '../skel/types.js';
 import type { BridgeConf } from './config.js';
-import { hasFlag, type IpLink, type IpRoute } from './iproute.js';
+import { hasFlag, type IpLink, type IpRoute } from '../lib/ipjson.js';
 
 /** A CHECK that found the attachment not as ADD left it (the reference's plain error: 999). */
 export class BridgeCheckError extends CniError {

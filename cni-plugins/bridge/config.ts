@@ -3,6 +3,7 @@
 // wrong JSON type is an error, null keeps the default, unknown keys are ignored) and validated
 // with the reference's messages. Pure: no I/O.
 import { InvalidMacError, parseMac } from '../../src/util/mac.js';
+import { isValidLinkName } from '../lib/linkname.js';
 import { CniError, ErrorCode, type CniDNS, type NetConf } from '../skel/types.js';
 
 export const DEFAULT_BRIDGE = 'cni0';
@@ -146,13 +147,6 @@ function macFromCniArgs(args: ReadonlyMap<string, string>): string {
     throw new BridgeConfigError(`ARGS: unknown args [${unknown.map((p) => JSON.stringify(p)).join(' ')}]`);
   }
   return args.get('MAC') ?? '';
-}
-
-/** Interface names the kernel accepts and `ip -batch` can carry unquoted. */
-const IFNAME_RE = /^[^\s/:"'#\\]{1,15}$/;
-
-export function isValidLinkName(name: string): boolean {
-  return IFNAME_RE.test(name) && name !== '.' && name !== '..' && Buffer.byteLength(name) <= 15;
 }
 
 function decodeDNS(conf: Record<string, unknown>): CniDNS | null {

@@ -10,9 +10,10 @@
 // nftables backend (pkg/ip/ipmasq_nftables_linux.go): table inet cni_plugins_masquerade, one rule
 // per IP in masq_checks with a comment that starts with hash16(net)-hash16(ifname:cid).
 import { accessSync, constants } from 'node:fs';
+import { errorMessage } from '../../src/util/errors.js';
+import { CommandError, execChecked, execProgram } from '../../src/util/exec.js';
 import { IPNet, MULTICAST, type Family } from '../../src/util/ip.js';
 import { sha512Hex } from '../skel/sha512.js';
-import { CommandFailedError, execChecked, execProgram } from './exec.js';
 import { splitRuleArgs } from '../../src/util/rule-args.js';
 
 // ---- names ----
@@ -147,8 +148,8 @@ async function restore(family: Family, text: string): Promise<void> {
 }
 
 function errText(e: unknown): string {
-  if (e instanceof CommandFailedError) return e.result.stderr.trim() || `exit status ${e.result.code}`;
-  return (e as Error).message;
+  if (e instanceof CommandError && e.exitCode !== null) return e.stderr.trim() || `exit status ${e.exitCode}`;
+  return errorMessage(e);
 }
 
 export async function setupIptablesMasq(addrs: readonly MasqAddr[], network: string, containerId: string): Promise<void> {

@@ -1,11 +1,14 @@
 // Pure planning for ADD: gateways and default routes from the IPAM result (the reference
-// calcGateways), the bridge address changes (ensureAddr), and the `ip` / `bridge` batch lines for
-// the host and the pod. Everything here is data in, text out, so it is unit-tested without root.
+// calcGateways), the bridge address changes (ensureAddr), the `ip` / `bridge` batch lines for
+// the host and the pod's sysctls (the pod's address and route lines are lib/lines.ts's).
+// Everything here is data in, text out, so it is unit-tested without root.
 import { IPAddr, IPNet, type Family } from '../../src/util/ip.js';
-import type { BridgeConf } from './config.js';
+import { errorMessage } from '../../src/util/errors.js';
+import type { IpAddrInfo } from '../lib/ipjson.js';
+import { canonicalDst, type BatchLine } from '../lib/lines.js';
 import { CniError, ErrorCode } from '../skel/types.js';
 import type { CniIPConfig, CniResult, CniRoute } from '../skel/types.js';
-import type { IpAddrInfo } from './iproute.js';
+import type { BridgeConf } from './config.js';
 
 export const CONTAINER_IFACE_INDEX = 2;
 
@@ -43,18 +46,12 @@ function parseAddress(text: string): { ip: IPAddr; net: IPNet } {
     const { ip, net } = IPNet.parseWithHost(text);
     return { ip, net };
   } catch (e) {
-    throw new IpamResultError(`IPAM returned an invalid address ${JSON.stringify(text)}: ${(e as Error).message}`);
+    throw new IpamResultError(`IPAM returned an invalid address ${JSON.stringify(text)}: ${errorMessage(e)}`);
   }
 }
 
 function defaultDst(family: Family): string {
   return family === 4 ? '0.0.0.0/0' : '::/0';
-}
-
-/** Canonical text of a route destination, or the input when it does not parse. */
-function canonicalDst(dst: string): string {
-  const n = IPNet.tryParse(dst);
-  return n ? n.toString() : dst;
 }
 
 /**
@@ -87,7 +84,7 @@ export function calcGateways(ipam: CniResult, conf: Pick<BridgeConf, 'isGateway'
       try {
         gw = IPAddr.parseFamily(ipc.gateway, family);
       } catch (e) {
-        throw new IpamResultError(`IPAM returned an invalid gateway ${JSON.stringify(ipc.gateway)}: ${(e as Error).message}`);
+        throw new IpamResultError(`IPAM returned an invalid gateway ${JSON.stringify(ipc.gateway)}: ${errorMessage(e)}`);
       }
       gws[family].push({ ip: gw, prefix: net.prefix });
     }
@@ -159,21 +156,6 @@ export function planGatewayAddrs(
   return { del, add, pin };
 }
 
-/** `brd +` for IPv4 prefixes that have a broadcast address (the netlink library computes it). */
-function brd(cidr: string): string {
-  const { ip, net } = IPNet.parseWithHost(cidr);
-  return ip.family === 4 && net.prefix < 31 ? ' brd +' : '';
-}
-
-export function addrAddLine(cidr: string, dev: string): string {
-  return `address add ${cidr}${brd(cidr)} dev ${dev}`;
-}
-
-/** Add-or-keep: concurrent ADDs on one bridge may race to add the same gateway address. */
-export function addrReplaceLine(cidr: string, dev: string): string {
-  return `address replace ${cidr}${brd(cidr)} dev ${dev}`;
-}
-
 /** Everything the host-side batch needs. */
 export interface HostBatchSpec {
   readonly bridge: string;
@@ -190,12 +172,6 @@ export interface HostBatchSpec {
   readonly promisc: boolean;
   /** Where the peer goes (the pod netns as seen by the `ip` child). */
   readonly peerNetns: string;
-}
-
-export interface BatchLine {
-  readonly line: string;
-  /** Context for an error on this line, in the reference's words. */
-  readonly what: string;
 }
 
 export interface HostBatch {
@@ -289,64 +265,6 @@ export function podSysctlSettings(ifname: string, enabledad: boolean): Array<[st
   }
   s.push([`net/ipv4/conf/${ifname}/arp_notify`, '1']);
   return s;
-}
-
-/** ipam.ConfigureIface before adding IPv6 addresses: IPv6 on for lo and the interface; keep addresses on down. */
-export function podIPv6Sysctls(ifname: string): Array<[string, string]> {
-  return [
-    ['net/ipv6/conf/lo/disable_ipv6', '0'],
-    [`net/ipv6/conf/${ifname}/disable_ipv6`, '0'],
-    [`net/ipv6/conf/${ifname}/keep_addr_on_down`, '1'],
-  ];
-}
-
-function familyOfText(text: string): Family {
-  return text.includes(':') ? 6 : 4;
-}
-
-/**
- * ipam.ConfigureIface as `ip` lines: the addresses, the link up, then the routes (a route without
- * gw uses the family's first gateway; without any gateway it is a universe-scoped device route, as
- * the netlink library adds it). A later IPv4 route to a destination already added is skipped
- * (the reference ignores EEXIST: first one wins); exact IPv6 duplicates likewise.
- */
-export function podAddressLines(ifname: string, ips: readonly CniIPConfig[], up: boolean): BatchLine[] {
-  const lines: BatchLine[] = [];
-  for (const ipc of ips) {
-    lines.push({ line: addrAddLine(ipc.address, ifname), what: `failed to add IP addr ${ipc.address} to "${ifname}"` });
-  }
-  if (up) lines.push({ line: `link set dev ${ifname} up`, what: `failed to set "${ifname}" UP` });
-  return lines;
-}
-
-export function podRouteLines(ifname: string, ips: readonly CniIPConfig[], routes: readonly CniRoute[]): BatchLine[] {
-  const gw: Partial<Record<Family, string>> = {};
-  for (const ipc of ips) {
-    if (ipc.gateway === undefined) continue;
-    const f = familyOfText(ipc.gateway);
-    gw[f] ??= ipc.gateway;
-  }
-  const seen = new Set<string>();
-  const lines: BatchLine[] = [];
-  for (const r of routes) {
-    const dst = canonicalDst(r.dst);
-    const family = familyOfText(dst);
-    const via = r.gw ?? gw[family];
-    const key = family === 4 ? `${dst}|${r.table ?? ''}|${r.priority ?? ''}` : `${dst}|${via ?? ''}|${r.table ?? ''}|${r.priority ?? ''}`;
-    if (seen.has(key)) continue;
-    seen.add(key);
-    let line = `route add ${dst}`;
-    if (via !== undefined) line += ` via ${via}`;
-    line += ` dev ${ifname}`;
-    if (r.priority !== undefined) line += ` metric ${r.priority}`;
-    if (r.table !== undefined) line += ` table ${r.table}`;
-    if (r.scope !== undefined) line += ` scope ${r.scope}`;
-    else if (via === undefined) line += ' scope global';
-    if (r.mtu !== undefined) line += ` mtu ${r.mtu}`;
-    if (r.advmss !== undefined) line += ` advmss ${r.advmss}`;
-    lines.push({ line, what: `failed to add route '${dst} via ${via ?? '<nil>'} dev ${ifname}'` });
-  }
-  return lines;
 }
 
 /** A random host veth name as the reference makes it: "veth" + 4 random bytes in hex. */

@@ -17,30 +17,17 @@
 //        netns is gone or CNI_NETNS is empty (reference bug #810).
 //   CHECK as the reference; GC: IPAM GC + this network's ipMasq state of stale containers;
 //   STATUS: IPAM STATUS.
+import { errorMessage } from '../../src/util/errors.js';
 import type { Family } from '../../src/util/ip.js';
+import { ipBatch } from '../lib/ipbatch.js';
+import { linksOf, routesOf, type IpLink } from '../lib/ipjson.js';
+import { NetnsHandle } from '../lib/netns.js';
+import { internalError, Undo, withCleanup } from '../lib/rollback.js';
 import { cniPathDelegates } from '../skel/delegate.js';
-import { CniError, ErrorCode, type CniInterface, type CniPlugin, type CniRequest, type CniResult, type Delegates } from '../skel/types.js';
-import { internalError, Undo, withCleanup } from '../skel/rollback.js';
+import { CniError, type CniInterface, type CniPlugin, type CniRequest, type CniResult, type Delegates } from '../skel/types.js';
 import { checkAttachment } from './check.js';
-import { containerMac, loadBridgeConf, validateForAdd, type BridgeConf } from './config.js';
-import {
-  bridgeBatch,
-  ensureHostSysctl,
-  hostLinkNames,
-  ipBatch,
-  linksOf,
-  NetnsHandle,
-  podSysctls,
-  routesOf,
-  startPodIpBatch,
-  startPodSysctls,
-  writeHostSysctl,
-  type IpBatchResult,
-  type PendingPodBatch,
-  type PendingPodSysctls,
-  type IpLink,
-  batchFailure,
-} from './iproute.js';
+import { loadBridgeConf, validateForAdd, type BridgeConf } from './config.js';
+import { applyVlans, configureGateway, plugHost, type GatewayDone } from './host.js';
 import {
   gcIptablesMasq,
   gcNftMasq,
@@ -53,271 +40,15 @@ import {
   teardownIptablesMasq,
   teardownNftMasq,
 } from './ipmasq.js';
-import {
-  addrReplaceLine,
-  calcGateways,
-  hostBatch,
-  podAddressLines,
-  podRouteLines,
-  podIPv6Sysctls,
-  podSysctlSettings,
-  portVlanLines,
-  planGatewayAddrs,
-  randomVethName,
-  vlanGatewayLines,
-  type BatchLine,
-  type Gateways,
-} from './plan.js';
+import { calcGateways, podSysctlSettings, type Gateways } from './plan.js';
+import { configurePod, deletePodLink, EarlyPod, waitPortUp } from './pod.js';
 import { setupSpoofCheck, spoofRefId, teardownSpoofCheck } from './spoofcheck.js';
-import { randomBytesSync } from '../skel/random.js';
 
 export type IpamDelegates = Delegates;
 
 export interface BridgeDeps {
   readonly ipam: IpamDelegates;
 }
-
-const VETH_NAME_ATTEMPTS = 10;
-/** A plain timer: node:timers/promises would be one more module to load at start. */
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
-/** The reference's waits for the host veth to become operationally up. */
-const OPER_UP_SLEEPS_MS = [0, 50, 500, 1000, 1000];
-const SETTLE_TIMEOUT_MS = 5000;
-
-/** What a host-side or pod-side `ip` batch refused, in the reference's words plus ip's own. */
-export class LinkSetupError extends CniError {
-  constructor(msg: string) {
-    super(ErrorCode.Internal, msg);
-    this.name = 'LinkSetupError';
-  }
-}
-
-function batchError(r: IpBatchResult, lines: readonly BatchLine[]): LinkSetupError {
-  return new LinkSetupError(batchFailure(r, lines));
-}
-
-interface HostDone {
-  /** The bridge as read before our port joined (type, MAC to pin, addresses). */
-  readonly bridgeBefore: IpLink;
-  /** The bridge and host veth as read at the end. */
-  readonly bridge: IpLink;
-  readonly hostVeth: IpLink;
-  /** The VLAN gateway port `<bridge>.<vlan>` when it exists. */
-  readonly vlanGw: IpLink | null;
-}
-
-/**
- * The host side before IPAM, in one `ip -force -batch`: bridge (create or read), veth pair with
- * the container end directly in the pod netns, port flags. A host veth name collision is retried
- * with a new name (as the reference, up to 10 times); "File exists" without a collision means
- * the pod already has CNI_IFNAME.
- */
-async function plugHost(req: CniRequest, conf: BridgeConf, ns: NetnsHandle, undo: Undo): Promise<HostDone> {
-  const br = conf.bridge;
-  const vlanGwName = conf.ipamType !== '' && conf.isGateway && conf.vlan !== 0 ? `${br}.${conf.vlan}` : null;
-  for (let attempt = 1; ; attempt++) {
-    const hostVeth = randomVethName(randomBytesSync(4));
-    const b = hostBatch({
-      bridge: br,
-      mtu: conf.mtu,
-      vlanFiltering: conf.vlan !== 0 || conf.vlanTrunk.length > 0,
-      vlanGw: vlanGwName,
-      hostVeth,
-      ifname: req.ifname,
-      mac: containerMac(conf),
-      hairpin: conf.hairpinMode,
-      isolated: conf.portIsolation,
-      promisc: conf.promiscMode,
-      peerNetns: NetnsHandle.CHILD_PATH,
-    });
-    const r = await ipBatch(
-      b.lines.map((l) => l.line),
-      { json: true, details: true, force: true, passNetns: ns },
-    );
-    const msg = (n: number): string => r.byLine.get(n) ?? '';
-    const vethMade = !r.failedLines.includes(b.vethAdd);
-    if (vethMade) {
-      // Deleting the host end removes both ends.
-      undo.push(`delete ${hostVeth}`, async () => {
-        const d = await ipBatch([`link del dev ${hostVeth}`]);
-        if (d.code !== 0 && !/Cannot find device|does not exist/.test(d.message)) throw new Error(d.message);
-      });
-    }
-    const links = linksOf(r.docs);
-    // `address show` prints the bridge first as it was before the port joined; `link show` last.
-    const bridgeBefore = links.find((l) => l.ifname === br);
-    if (!bridgeBefore) {
-      const why = r.failedLines.includes(b.bridgeAdd) ? `could not add "${br}": ${msg(b.bridgeAdd)}` : `could not lookup "${br}": ${msg(b.bridgeRead)}`;
-      throw internalError(`failed to create bridge "${br}": ${why}`);
-    }
-    if (bridgeBefore.kind !== 'bridge') throw internalError(`failed to create bridge "${br}": "${br}" already exists but is not a bridge`);
-    const unexpected = r.failedLines.filter(
-      (n) => !(n === b.bridgeAdd && /File exists/.test(msg(n))) && n !== b.vlanGwRead,
-    );
-    if (unexpected.length > 0) {
-      const n = unexpected[0]!;
-      if (n === b.vethAdd && /File exists/.test(msg(n))) {
-        const collided = hostLinkNames().has(hostVeth);
-        if (collided && attempt < VETH_NAME_ATTEMPTS) continue;
-        if (!collided) throw internalError(`container veth name provided (${req.ifname}) already exists`);
-      }
-      throw new LinkSetupError(`${b.lines[n - 1]?.what ?? 'ip'}: ${msg(n) || r.message}`);
-    }
-    const bridge = [...links].reverse().find((l) => l.ifname === br) ?? bridgeBefore;
-    const veth = links.find((l) => l.ifname === hostVeth);
-    if (!veth) throw internalError(`failed to lookup "${hostVeth}": not in ip's output`);
-    try {
-      writeHostSysctl(`net/ipv6/conf/${br}/accept_ra`, '0'); // we want to own the routes for these interfaces
-      writeHostSysctl(`net/ipv6/conf/${hostVeth}/accept_ra`, '0');
-    } catch {
-      // IPv6 disabled: nothing to own
-    }
-    const vlanGw = vlanGwName ? (links.find((l) => l.ifname === vlanGwName) ?? null) : null;
-    return { bridgeBefore, bridge, hostVeth: veth, vlanGw };
-  }
-}
-
-async function applyVlans(conf: BridgeConf, host: HostDone, port: string): Promise<void> {
-  const pvid = typeof host.bridgeBefore.infoData.vlan_default_pvid === 'number' ? host.bridgeBefore.infoData.vlan_default_pvid : 1;
-  const isGwPort = port !== host.hostVeth.ifname;
-  const lines = portVlanLines(port, conf.vlan, isGwPort ? [] : conf.vlanTrunk, conf.preserveDefaultVlan, pvid);
-  if (lines.length === 0) return;
-  const r = await bridgeBatch(lines);
-  if (r.code !== 0) throw new LinkSetupError(`failed to setup vlan tag on interface "${port}": ${r.message}`);
-}
-
-interface GatewayDone {
-  /** The bridge as read after the gateway changes (its MAC goes in the result). */
-  readonly bridge: IpLink;
-  readonly gwIface: IpLink | null;
-}
-
-/**
- * After IPAM: the gateway address(es) on the bridge — or on the `<bridge>.<vlan>` gateway port,
- * created if missing — with the reference's conflict rules and MAC pin, and forwarding on. One
- * more `ip` batch, only when something has to change (usually just for the first pod).
- */
-async function configureGateway(conf: BridgeConf, host: HostDone, gws: Gateways): Promise<GatewayDone> {
-  const gateways = [...gws.v4, ...gws.v6];
-  if (!conf.isGateway || gateways.length === 0) return { bridge: host.bridge, gwIface: null };
-  const lines: BatchLine[] = [];
-  let dev = conf.bridge;
-  let existing = host.bridgeBefore.addrs;
-  let pinMac: string | null = host.bridgeBefore.address;
-  let errorPrefix = 'failed to set bridge addr';
-  let newPeer: string | null = null;
-  if (conf.vlan !== 0) {
-    dev = `${conf.bridge}.${conf.vlan}`;
-    errorPrefix = 'failed to set vlan interface for bridge with addr';
-    if (host.vlanGw) {
-      existing = host.vlanGw.addrs;
-      pinMac = host.vlanGw.address;
-    } else {
-      newPeer = randomVethName(randomBytesSync(4));
-      lines.push(...vlanGatewayLines(conf.bridge, dev, newPeer, host.bridge.mtu));
-      existing = [];
-      pinMac = null; // a new veth's MAC does not float
-    }
-  }
-  const plan = planGatewayAddrs(dev, existing, gateways, conf.forceAddress, errorPrefix);
-  for (const d of plan.del) lines.push({ line: `address del ${d} dev ${dev}`, what: `${errorPrefix}: could not remove IP address from "${dev}"` });
-  for (const a of plan.add) lines.push({ line: addrReplaceLine(a, dev), what: `${errorPrefix}: could not add IP address to "${dev}"` });
-  // Pin the MAC to its value from before our port joined, or the bridge takes the lowest port MAC
-  // and changes as ports churn. A bridge without ports may report all zeros (plugins#1265).
-  if (plan.pin && pinMac && pinMac !== '00:00:00:00:00:00') {
-    lines.push({ line: `link set dev ${dev} address ${pinMac}`, what: `${errorPrefix}: could not set bridge's mac` });
-  }
-  let bridge = host.bridge;
-  let gwIface = host.vlanGw;
-  if (lines.length > 0) {
-    lines.push({ line: `link show dev ${conf.bridge}`, what: `could not lookup "${conf.bridge}"` });
-    if (dev !== conf.bridge) lines.push({ line: `link show dev ${dev}`, what: `failed to lookup "${dev}"` });
-    const r = await ipBatch(
-      lines.map((l) => l.line),
-      { json: true, details: true },
-    );
-    // The VLAN gateway port, like the bridge and its address, is shared and stays (as upstream).
-    if (r.code !== 0) throw batchError(r, lines);
-    const links = linksOf(r.docs);
-    bridge = links.find((l) => l.ifname === conf.bridge) ?? bridge;
-    if (dev !== conf.bridge) gwIface = links.find((l) => l.ifname === dev) ?? null;
-    if (newPeer) await applyVlans(conf, host, newPeer);
-  }
-  try {
-    if (gws.v4.length > 0) ensureHostSysctl('net/ipv4/ip_forward', '1');
-    if (gws.v6.length > 0) ensureHostSysctl('net/ipv6/conf/all/forwarding', '1');
-  } catch (e) {
-    throw internalError(`failed to enable forwarding: ${(e as Error).message}`);
-  }
-  return { bridge, gwIface: dev !== conf.bridge ? gwIface : null };
-}
-
-/** ip.SettleAddresses: wait until no IPv6 address of the interface is tentative (DAD on). */
-async function settleAddresses(ns: NetnsHandle, ifname: string): Promise<void> {
-  const deadline = Date.now() + SETTLE_TIMEOUT_MS;
-  while (true) {
-    const r = await ipBatch([`address show dev ${ifname}`], { netns: ns, json: true });
-    const link = linksOf(r.docs)[0];
-    const pending = (link?.addrs ?? []).some((a) => a.family === 'inet6' && (a.tentative || a.dadfailed));
-    if (!pending) return;
-    if (Date.now() > deadline) throw internalError(`link ${ifname} still has tentative addresses after ${SETTLE_TIMEOUT_MS / 1000} seconds`);
-    await sleep(50);
-  }
-}
-
-/**
- * The pod side after IPAM: addresses, up, routes; returns the container interface as read back.
- * The first batch goes to `pending`, the pod-side `ip` started at the beginning of the ADD.
- */
-async function configurePod(req: CniRequest, conf: BridgeConf, gws: Gateways | null, ns: NetnsHandle, pending: PendingPodBatch): Promise<IpLink> {
-  const ifname = req.ifname;
-  const up = !conf.disableContainerInterface;
-  const lines: BatchLine[] = [];
-  let settle = false;
-  if (gws) {
-    const hasV6 = gws.ips.some((i) => i.address.includes(':'));
-    // ipam.ConfigureIface: IPv6 must be enabled on lo and the interface before adding v6 addresses.
-    if (hasV6) await podSysctls(ns, podIPv6Sysctls(ifname));
-    lines.push(...podAddressLines(ifname, gws.ips, up));
-    // With DAD on, routes via an IPv6 gateway wait for the addresses to settle, as the reference.
-    settle = conf.enabledad && hasV6 && gws.ips.some((i) => i.gateway?.includes(':') === true);
-    if (!settle) lines.push(...podRouteLines(ifname, gws.ips, gws.routes));
-  } else if (up) {
-    lines.push({ line: `link set dev ${ifname} up`, what: `failed to set "${ifname}" up` });
-  }
-  lines.push({ line: `link show dev ${ifname}`, what: 'failed to retrieve link' });
-  let r = await pending.run(lines.map((l) => l.line));
-  if (r.code !== 0) throw batchError(r, lines);
-  if (settle && gws) {
-    await settleAddresses(ns, ifname);
-    const more = [...podRouteLines(ifname, gws.ips, gws.routes), { line: `link show dev ${ifname}`, what: 'failed to retrieve link' }];
-    r = await ipBatch(
-      more.map((l) => l.line),
-      { netns: ns, json: true },
-    );
-    if (r.code !== 0) throw batchError(r, more);
-  }
-  const link = linksOf(r.docs).find((l) => l.ifname === ifname);
-  if (!link) throw internalError(`failed to retrieve link ${ifname}: not in ip's output`);
-  return link;
-}
-
-/** The reference waits (0, 50, 500, 1000, 1000 ms) for the host veth to be operationally up. */
-async function waitPortUp(hostVeth: string, podLink: IpLink): Promise<void> {
-  // The pod end is UP exactly when its peer (our port) is up too: usually nothing to wait for.
-  if (podLink.operstate === 'UP') return;
-  let state = 'UNKNOWN';
-  for (const ms of OPER_UP_SLEEPS_MS) {
-    await sleep(ms);
-    const r = await ipBatch([`link show dev ${hostVeth}`], { json: true });
-    const l = linksOf(r.docs)[0];
-    if (!l) throw internalError(`failed to lookup "${hostVeth}": ${r.message}`);
-    state = l.operstate;
-    if (state === 'UP') return;
-  }
-  throw internalError(`bridge port in error state: ${state.toLowerCase()}`);
-}
-
 
 async function setupMasq(req: CniRequest, conf: BridgeConf, gws: Gateways): Promise<void> {
   const addrs = gws.ips.map((i) => masqAddr(i.address));
@@ -351,7 +82,7 @@ async function teardownMasq(req: CniRequest, conf: BridgeConf, families: readonl
   }
   const results = await Promise.allSettled(tasks);
   const failed = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
-  if (failed.length > 0) throw internalError(failed.map((f) => (f.reason as Error).message).join('; '));
+  if (failed.length > 0) throw internalError(failed.map((f) => errorMessage(f.reason)).join('; '));
 }
 
 async function add(deps: BridgeDeps, req: CniRequest): Promise<CniResult> {
@@ -369,35 +100,6 @@ async function add(deps: BridgeDeps, req: CniRequest): Promise<CniResult> {
     early.cancel();
     await early.done();
     ns.close();
-  }
-}
-
-/**
- * The pod-side programs of an ADD (`ip -batch`, and `sysctl` for layer 3), started right after
- * the host batch and given their input when it is known, so that their start-up (fork, nsenter,
- * exec) overlaps the host batch and IPAM instead of following them. Whatever was not given its
- * input is cancelled (it exits doing nothing) when the ADD ends.
- */
-class EarlyPod {
-  private started: { readonly batch: PendingPodBatch; readonly sysctls: PendingPodSysctls | null } | null = null;
-
-  constructor(
-    private readonly ns: NetnsHandle,
-    private readonly layer3: boolean,
-  ) {}
-
-  start(): { readonly batch: PendingPodBatch; readonly sysctls: PendingPodSysctls | null } {
-    this.started ??= { batch: startPodIpBatch(this.ns, { json: true }), sysctls: this.layer3 ? startPodSysctls(this.ns) : null };
-    return this.started;
-  }
-
-  cancel(): void {
-    this.started?.batch.cancel();
-    this.started?.sysctls?.cancel();
-  }
-
-  async done(): Promise<void> {
-    await Promise.all([this.started?.batch.done(), this.started?.sysctls?.done()]);
   }
 }
 
@@ -424,7 +126,7 @@ async function addIn(deps: BridgeDeps, req: CniRequest, conf: BridgeConf, ns: Ne
     try {
       return calcGateways(ipam, conf);
     } catch (e) {
-      throw e instanceof CniError ? e : internalError((e as Error).message);
+      throw e instanceof CniError ? e : internalError(errorMessage(e));
     }
   });
   // The masquerade rules only need the addresses: they go in while the pod is configured.
@@ -483,21 +185,6 @@ async function addIn(deps: BridgeDeps, req: CniRequest, conf: BridgeConf, ns: Ne
   return result;
 }
 
-/** Deletes the container interface from inside the netns; returns the families of its global addresses. */
-async function deletePodLink(ns: NetnsHandle, ifname: string): Promise<Family[]> {
-  const lines = [`address show dev ${ifname}`, `link del dev ${ifname}`];
-  const r = await ipBatch(lines, { netns: ns, json: true });
-  if (r.code !== 0) {
-    // Already gone: DEL may run any number of times.
-    if (r.failedLines[0] === 1 && /does not exist|Cannot find device/.test(r.message)) return [];
-    throw internalError(`failed to delete "${ifname}": ${r.message}`);
-  }
-  const link = linksOf(r.docs)[0];
-  const fams = new Set<Family>();
-  for (const a of link?.addrs ?? []) if (a.scope === 'global') fams.add(a.family === 'inet' ? 4 : 6);
-  return [...fams];
-}
-
 async function del(deps: BridgeDeps, req: CniRequest): Promise<void> {
   const conf = loadBridgeConf(req.config, req.args);
   const layer3 = conf.ipamType !== '';
@@ -534,7 +221,7 @@ async function del(deps: BridgeDeps, req: CniRequest): Promise<void> {
     if (failed.length > 0) {
       const first = failed[0]!.reason as unknown;
       if (failed.length === 1 && first instanceof CniError) throw first;
-      throw internalError(failed.map((f) => (f.reason as Error).message).join('; '));
+      throw internalError(failed.map((f) => errorMessage(f.reason)).join('; '));
     }
   } finally {
     ns?.close();
@@ -601,7 +288,7 @@ async function gc(deps: BridgeDeps, req: CniRequest): Promise<void> {
     for (const r of await Promise.allSettled(tasks)) if (r.status === 'rejected') errors.push(r.reason);
   }
   if (errors.length === 1 && errors[0] instanceof CniError) throw errors[0];
-  if (errors.length > 0) throw internalError(errors.map((e) => (e as Error).message).join('; '));
+  if (errors.length > 0) throw internalError(errors.map((e) => errorMessage(e)).join('; '));
 }
 
 async function status(deps: BridgeDeps, req: CniRequest): Promise<void> {

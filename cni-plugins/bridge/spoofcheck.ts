@@ -2,7 +2,8 @@
 // (filter hook, priority -300) jumps frames from the host veth to cni-br-iface-<cid>-<ifname>,
 // which jumps to …-mac: the container's MAC returns, everything else is dropped. Every rule carries
 // the comment macspoofchk-<cid>-<ifname>. Written as nft JSON (no quoting problems with names).
-import { CommandFailedError, execChecked, execProgram } from './exec.js';
+import { errorMessage } from '../../src/util/errors.js';
+import { CommandError, execChecked, execProgram } from '../../src/util/exec.js';
 
 export const SPOOF_TABLE = 'nat';
 export const SPOOF_BASE_CHAIN = 'PREROUTING';
@@ -89,7 +90,7 @@ export async function setupSpoofCheck(hostVeth: string, mac: string, refId: stri
   try {
     await execChecked('nft', ['-j', JSON.stringify(renderSpoofSetup(hostVeth, mac, refId))]);
   } catch (e) {
-    const why = e instanceof CommandFailedError ? e.result.stderr.trim() : (e as Error).message;
+    const why = e instanceof CommandError && e.exitCode !== null ? e.stderr.trim() : errorMessage(e);
     throw new SpoofCheckError(`failed to setup spoof-check: ${why}`);
   }
 }
@@ -105,7 +106,7 @@ export async function teardownSpoofCheck(refId: string): Promise<void> {
   try {
     await execChecked('nft', ['-j', JSON.stringify(doc)]);
   } catch (e) {
-    const why = e instanceof CommandFailedError ? e.result.stderr.trim() : (e as Error).message;
+    const why = e instanceof CommandError && e.exitCode !== null ? e.stderr.trim() : errorMessage(e);
     throw new SpoofCheckError(`failed to teardown spoof-check: ${why}`);
   }
 }

@@ -5,7 +5,7 @@
 // delegate receives are the same as flannel's.
 import type { JsonValue } from '../../src/subnet/lease.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';
-import type { FlannelSubnetEnv } from './subnetenv.js';
+import type { SubnetEnv } from '../../src/subnetenv/format.js';
 
 export type JsonObject = { [key: string]: JsonValue };
 
@@ -185,7 +185,7 @@ function routeStruct(r: Route): OrderedFields {
 }
 
 /** flannel_linux.go getDelegateIPAM: the input ipam with type, ranges and routes filled in. */
-function delegateIpam(conf: FlannelNetConf, env: FlannelSubnetEnv): GoObject {
+function delegateIpam(conf: FlannelNetConf, env: SubnetEnv): GoObject {
   const ipam: GoObject = { ...(conf.ipam ?? {}) };
   if (!Object.hasOwn(ipam, 'type')) ipam.type = 'host-local';
   const ranges: GoJson[] = [];
@@ -213,7 +213,7 @@ export const OVS_DELEGATE_TYPE = 'weft-ovs';
  * keys still win, as for every key here) and without `ipMasq`/`isGateway`: the pod joins the OVS
  * bridge, whose gateway port weftd owns, and weftd does the masquerading.
  */
-export function buildDelegateConfig(conf: FlannelNetConf, env: FlannelSubnetEnv): GoObject {
+export function buildDelegateConfig(conf: FlannelNetConf, env: SubnetEnv): GoObject {
   const d: GoObject = { ...conf.delegate };
   if (conf.runtimeConfig !== null) d.runtimeConfig = conf.runtimeConfig;
   d.name = conf.name;

@@ -20,7 +20,8 @@ import {
   type JsonObject,
 } from './delegate-config.js';
 import { listState, readState, removeState, removeTempFile, StateFileError, writeState } from './state.js';
-import { loadFlannelSubnetEnv, SubnetEnvError } from './subnetenv.js';
+import { SubnetEnvError } from '../../src/subnetenv/format.js';
+import { loadSubnetEnv } from '../../src/subnetenv/read.js';
 
 export type Delegates = SkelDelegates;
 
@@ -75,7 +76,7 @@ async function guard<T>(fn: () => Promise<T>): Promise<T> {
 }
 
 async function delegateConfigFor(c: FlannelNetConf): Promise<GoObject> {
-  return buildDelegateConfig(c, await loadFlannelSubnetEnv(c.subnetFile));
+  return buildDelegateConfig(c, await loadSubnetEnv(c.subnetFile));
 }
 
 interface StoredConfig {

@@ -4,6 +4,7 @@
 // are the reference's where it has one, so logs read the same whichever plugin ran.
 import { IPAddr, IPNet } from '../../src/util/ip.js';
 import { CniError, ErrorCode, type CniRoute, type NetConf } from '../skel/types.js';
+import { errorMessage } from '../../src/util/errors.js';
 
 export const DEFAULT_DATA_DIR = '/var/lib/cni/networks';
 
@@ -328,7 +329,7 @@ export function loadConfig(conf: NetConf, opts: LoadOptions = {}): HostLocalConf
     try {
       return canonicalizeRangeSet(raw);
     } catch (e) {
-      throw new HostLocalConfigError(`invalid range set ${i}: ${(e as Error).message}`);
+      throw new HostLocalConfigError(`invalid range set ${i}: ${errorMessage(e)}`);
     }
   });
   for (let i = 0; i < rangeSets.length - 1; i++) {

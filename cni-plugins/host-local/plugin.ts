@@ -8,6 +8,7 @@ import { candidates } from './allocator.js';
 import { DEFAULT_DATA_DIR, HostLocalConfigError, isStoreName, loadConfig, rangeFor, rangeSetString, type HostLocalConfig, type RangeSet } from './config.js';
 import { readResolvConf } from './dns.js';
 import { DiskStore, heldBy, ownedBy, selectGarbage, type Attachment } from './store.js';
+import { errorMessage } from '../../src/util/errors.js';
 
 /** An allocation that cannot be satisfied (taken, exhausted, duplicate). Code 999, as the reference. */
 export class AllocationError extends CniError {
@@ -100,7 +101,7 @@ export async function allocate(store: DiskStore, conf: HostLocalConfig, containe
         ips.push(await fromSet(set, idx));
       } catch (e) {
         const code = e instanceof CniError ? e.code : ErrorCode.Internal;
-        throw new CniError(code, `failed to allocate for range ${idx}: ${(e as Error).message}`);
+        throw new CniError(code, `failed to allocate for range ${idx}: ${errorMessage(e)}`);
       }
     }
     if (pending.length > 0) {

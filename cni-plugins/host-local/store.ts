@@ -10,6 +10,7 @@ import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, 
 import { join } from 'node:path';
 import { IPAddr } from '../../src/util/ip.js';
 import { withFileLock } from '../skel/lock.js';
+import { errnoCode, errorMessage } from '../../src/util/errors.js';
 
 export const LINE_BREAK = '\r\n';
 export const LAST_IP_PREFIX = 'last_reserved_ip.';
@@ -79,10 +80,6 @@ export function selectGarbage(list: readonly Reservation[], valid: readonly Atta
   return list.filter((r) => !(r.ifname === null ? cids.has(r.content) : exact.has(r.content)));
 }
 
-function errnoOf(e: unknown): string | undefined {
-  return (e as NodeJS.ErrnoException).code;
-}
-
 export class DiskStore {
   readonly dir: string;
 
@@ -99,7 +96,7 @@ export class DiskStore {
     try {
       mkdirSync(this.dir, { recursive: true, mode: 0o755 });
     } catch (e) {
-      throw new StoreError(this.dir, (e as Error).message);
+      throw new StoreError(this.dir, errorMessage(e));
     }
   }
 
@@ -115,8 +112,8 @@ export class DiskStore {
     try {
       entries = readdirSync(this.dir, { withFileTypes: true });
     } catch (e) {
-      if (errnoOf(e) === 'ENOENT') return [];
-      throw new StoreError(this.dir, (e as Error).message);
+      if (errnoCode(e) === 'ENOENT') return [];
+      throw new StoreError(this.dir, errorMessage(e));
     }
     const out: Reservation[] = [];
     for (const ent of entries) {
@@ -144,8 +141,8 @@ export class DiskStore {
     try {
       fd = openSync(path, 'wx', FILE_MODE);
     } catch (e) {
-      if (errnoOf(e) === 'EEXIST') return false;
-      throw new StoreError(path, (e as Error).message);
+      if (errnoCode(e) === 'EEXIST') return false;
+      throw new StoreError(path, errorMessage(e));
     }
     try {
       try {
@@ -159,13 +156,13 @@ export class DiskStore {
       } catch {
         // nothing more to undo
       }
-      throw new StoreError(path, (e as Error).message);
+      throw new StoreError(path, errorMessage(e));
     }
     const lastPath = join(this.dir, LAST_IP_PREFIX + String(rangeIndex));
     try {
       writeFileSync(lastPath, ip.toString(), { mode: FILE_MODE });
     } catch (e) {
-      throw new StoreError(lastPath, (e as Error).message);
+      throw new StoreError(lastPath, errorMessage(e));
     }
     return true;
   }
@@ -184,7 +181,7 @@ export class DiskStore {
     try {
       unlinkSync(join(this.dir, file));
     } catch (e) {
-      if (errnoOf(e) !== 'ENOENT') throw new StoreError(join(this.dir, file), (e as Error).message);
+      if (errnoCode(e) !== 'ENOENT') throw new StoreError(join(this.dir, file), errorMessage(e));
     }
   }
 }

@@ -4,7 +4,7 @@
 // Decoded with the bridge plugin's rules (a wrong JSON type is an error, null keeps the default,
 // unknown keys are ignored, so a flannel delegate's hairpinMode or ipMasq does no harm). Pure.
 import { isAbsolute } from 'node:path';
-import { isValidLinkName } from '../bridge/config.js';
+import { isValidLinkName } from '../lib/linkname.js';
 import { CniError, ErrorCode, type CniDNS, type NetConf } from '../skel/types.js';
 
 /** The CNI `type` (and bundle name); `ovs` belongs to k8snetworkplumbingwg/ovs-cni. */

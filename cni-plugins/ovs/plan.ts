@@ -5,8 +5,8 @@
 import { IPAddr, IPNet } from '../../src/util/ip.js';
 import { gatewayOf, macFromIP } from '../../src/backend/ovs/pipeline.js';
 import type { PodInterface } from '../../src/backend/ovs/bridge.js';
-import { addrAddLine, podRouteLines, type BatchLine } from '../bridge/plan.js';
-import type { IpLink } from '../bridge/iproute.js';
+import type { IpLink } from '../lib/ipjson.js';
+import { addrAddLine, podRouteLines, type BatchLine } from '../lib/lines.js';
 import { sha512Hex } from '../skel/sha512.js';
 import { CniError, ErrorCode, type CniDNS, type CniIPConfig, type CniResult, type CniRoute } from '../skel/types.js';
 import { OVS_PLUGIN_TYPE, type OvsConf } from './config.js';

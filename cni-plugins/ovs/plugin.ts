@@ -16,23 +16,17 @@
 import { findPodInterfaces, attachPodPort, detachPodPort } from '../../src/backend/ovs/podport.js';
 import { listPodInterfaces, type PodInterface } from '../../src/backend/ovs/bridge.js';
 import { OvsClient } from '../../src/ovs/cli.js';
-import { isValidLinkName } from '../bridge/config.js';
-import { ExecError, execProgram } from '../bridge/exec.js';
-import {
-  hostLinkNames,
-  ipBatch,
-  linksOf,
-  NetnsHandle,
-  startPodIpBatch,
-  type IpBatchResult,
-  type IpLink,
-  type PendingPodBatch,
-  batchFailure,
-} from '../bridge/iproute.js';
-import type { BatchLine } from '../bridge/plan.js';
+import { errorMessage } from '../../src/util/errors.js';
+import { execProgram } from '../../src/util/exec.js';
+import { hostLinkNames } from '../lib/hostns.js';
+import { batchFailure, ipBatch, startPodIpBatch, type IpBatchResult, type PendingPodBatch } from '../lib/ipbatch.js';
+import { linksOf, type IpLink } from '../lib/ipjson.js';
+import type { BatchLine } from '../lib/lines.js';
+import { isValidLinkName } from '../lib/linkname.js';
+import { NetnsHandle } from '../lib/netns.js';
+import { internalError, Undo, withCleanup } from '../lib/rollback.js';
 import { cniPathDelegates } from '../skel/delegate.js';
 import { CniError, ErrorCode, type CniPlugin, type CniRequest, type CniResult, type Delegates } from '../skel/types.js';
-import { internalError, Undo, withCleanup } from '../skel/rollback.js';
 import { loadOvsConf, OVS_PLUGIN_TYPE, type OvsConf } from './config.js';
 import { buildResult, checkOvsAttachment, hostBatch, hostVethName, planAddressing, podBatch, type PodAddressing } from './plan.js';
 
@@ -126,7 +120,7 @@ async function txChecksumOff(ns: NetnsHandle, ifname: string): Promise<void> {
   try {
     r = await execProgram('nsenter', args, { extraFds: [ns.fd] });
   } catch (e) {
-    throw new OvsLinkSetupError(`failed to turn TX checksum offload off on "${ifname}": ${(e as ExecError).message}`);
+    throw new OvsLinkSetupError(`failed to turn TX checksum offload off on "${ifname}": ${errorMessage(e)}`);
   }
   if (r.code !== 0) {
     const why = r.stderr.trim() || r.stdout.trim() || `exit status ${r.code}`;
@@ -134,7 +128,6 @@ async function txChecksumOff(ns: NetnsHandle, ifname: string): Promise<void> {
     throw new OvsLinkSetupError(`failed to turn TX checksum offload off on "${ifname}" (ethtool -K ${ifname} tx off): ${why}${hint}`);
   }
 }
-
 
 /** The pod-side `ip -batch`, started early so its start-up overlaps the host batch and IPAM. */
 class EarlyPod {
@@ -212,7 +205,7 @@ async function addIn(deps: OvsPluginDeps, req: CniRequest, conf: OvsConf, ns: Ne
         ...(podNamespace ? { podNamespace } : {}),
       });
     } catch (e) {
-      throw new OvsAttachError(`failed to attach ${hostVeth} to Open vSwitch bridge ${conf.bridge}: ${(e as Error).message}`);
+      throw new OvsAttachError(`failed to attach ${hostVeth} to Open vSwitch bridge ${conf.bridge}: ${errorMessage(e)}`);
     }
   };
   const steps = await Promise.allSettled([
@@ -259,7 +252,7 @@ async function del(deps: OvsPluginDeps, req: CniRequest): Promise<void> {
   const ns = NetnsHandle.openIfPresent(req.netns);
   try {
     const detach = detachPodPort(ovs, conf.bridge, { containerId: req.containerId, ifName: req.ifname }).catch((e: unknown) => {
-      throw new OvsAttachError(`failed to detach container ${req.containerId} interface ${req.ifname} from Open vSwitch bridge ${conf.bridge}: ${(e as Error).message}`);
+      throw new OvsAttachError(`failed to detach container ${req.containerId} interface ${req.ifname} from Open vSwitch bridge ${conf.bridge}: ${errorMessage(e)}`);
     });
     const results = await Promise.allSettled([
       deps.ipam.del(req, conf.ipamType, req.stdin),
@@ -268,7 +261,7 @@ async function del(deps: OvsPluginDeps, req: CniRequest): Promise<void> {
     ]);
     const failed = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed.length === 1 && failed[0]!.reason instanceof CniError) throw failed[0]!.reason;
-    if (failed.length > 0) throw internalError(failed.map((f) => (f.reason as Error).message).join('; '));
+    if (failed.length > 0) throw internalError(failed.map((f) => errorMessage(f.reason)).join('; '));
   } finally {
     ns?.close();
   }
@@ -284,7 +277,7 @@ async function check(deps: OvsPluginDeps, req: CniRequest): Promise<void> {
     const ovs = ovsClient(deps, conf);
     const [ports, podR] = await Promise.all([
       listPodInterfaces(ovs, conf.bridge).catch((e: unknown): PodInterface[] => {
-        throw new OvsAttachError(`failed to list the ports of Open vSwitch bridge ${conf.bridge}: ${(e as Error).message}`);
+        throw new OvsAttachError(`failed to list the ports of Open vSwitch bridge ${conf.bridge}: ${errorMessage(e)}`);
       }),
       ipBatch([`address show dev ${req.ifname}`], { netns: ns, json: true, force: true }),
     ]);
@@ -313,7 +306,7 @@ async function status(deps: OvsPluginDeps, req: CniRequest): Promise<void> {
     // list-br, not br-exists: the latter's "no" is an exit status, which reads like any failure.
     bridges = (await ovs.vsctl(['list-br'])).split('\n').map((l) => l.trim());
   } catch (e) {
-    throw notReady((e as Error).message);
+    throw notReady(errorMessage(e));
   }
   if (!bridges.includes(conf.bridge)) throw notReady(`bridge ${conf.bridge} does not exist in ${ovs.dbSocket} (has weftd started with the ovs backend?)`);
 }

@@ -4,6 +4,7 @@
 // reference picks them. Pure: the backend auto-detection is passed in.
 import { CniError, ErrorCode, type CniResult, type NetConf } from '../skel/types.js';
 import { IPAddr, IPNet, type Family } from '../../src/util/ip.js';
+import { errorMessage } from '../../src/util/errors.js';
 
 export type Protocol = 'tcp' | 'udp' | 'sctp';
 export type Backend = 'iptables' | 'nftables';
@@ -235,7 +236,7 @@ export function containerAddrs(prev: CniResult, ifname: string): ContainerAddrs 
     try {
       parsed = IPNet.parseWithHost(ipc.address);
     } catch (e) {
-      throw new PortMapConfigError(`could not parse prevResult: invalid address ${JSON.stringify(ipc.address)}: ${(e as Error).message}`);
+      throw new PortMapConfigError(`could not parse prevResult: invalid address ${JSON.stringify(ipc.address)}: ${errorMessage(e)}`);
     }
     const fam = parsed.ip.family;
     if ((fam === 4 && v4) || (fam === 6 && v6)) continue;

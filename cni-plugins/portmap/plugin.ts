@@ -22,6 +22,7 @@ import {
   staleChains,
 } from './rules.js';
 import { enableRouteLocalnet, findBinary, flushUdpConntrack, warn } from './sys.js';
+import { errorMessage } from '../../src/util/errors.js';
 
 const FAMILIES: readonly Family[] = [4, 6];
 const ipv = (f: Family): string => (f === 4 ? 'ipv4' : 'ipv6');
@@ -65,7 +66,7 @@ async function addIptables(conf: PortMapConfig, containerId: string, addrs: Cont
       try {
         await applyNat(f, (saved) => planAdd(want, saved), { blind: planAddBlind(want) });
       } catch (e) {
-        throw internal(`unable to set up ${ipv(f)} port mappings: ${(e as Error).message}`);
+        throw internal(`unable to set up ${ipv(f)} port mappings: ${errorMessage(e)}`);
       }
     }),
   );
@@ -106,12 +107,12 @@ async function delIptables(conf: PortMapConfig, containerId: string, families: r
   }
   const unusable = results.filter(isUnusable);
   const failures = results.flatMap((r, i) =>
-    r.status === 'rejected' && !(r.reason instanceof IptablesUnusableError) ? [`could not teardown ${ipv(attempted[i]!)} dnat: ${(r.reason as Error).message}`] : [],
+    r.status === 'rejected' && !(r.reason instanceof IptablesUnusableError) ? [`could not teardown ${ipv(attempted[i]!)} dnat: ${errorMessage(r.reason)}`] : [],
   );
   // Without mappings in the request there is nothing the runtime expects us to remove: best effort.
   const strict = conf.portMappings.length > 0;
   if (unusable.length === FAMILIES.length) {
-    const why = unusable.map((r) => ((r as PromiseRejectedResult).reason as Error).message).join('; ');
+    const why = unusable.map((r) => errorMessage((r as PromiseRejectedResult).reason)).join('; ');
     if (strict) throw internal(`neither iptables nor ip6tables usable: ${why}`);
     return;
   }
@@ -128,7 +129,7 @@ async function checkIptablesFamilies(conf: PortMapConfig, containerId: string, a
     try {
       problems = checkIptables(want, await readNat(f));
     } catch (e) {
-      throw internal(`could not check ${ipv(f)} dnat: ${(e as Error).message}`);
+      throw internal(`could not check ${ipv(f)} dnat: ${errorMessage(e)}`);
     }
     if (problems.length > 0) throw internal(`could not check ${ipv(f)} dnat: ${problems.join('; ')}`);
   }
@@ -187,7 +188,7 @@ async function add(req: CniRequest): Promise<CniResult> {
   } catch (e) {
     if (conf.backend === 'iptables') await Promise.all(FAMILIES.map((f) => teardownIptables(f, conf, cid).catch(() => undefined)));
     else await delNft(cid).catch(() => undefined);
-    throw internal((e as Error).message);
+    throw internal(errorMessage(e));
   }
 
   // After the rules exist, so new packets of a stale flow meet them.
@@ -204,8 +205,8 @@ async function del(req: CniRequest): Promise<void> {
   try {
     await delNft(req.containerId);
   } catch (e) {
-    if (conf.portMappings.length > 0) throw internal((e as Error).message);
-    warn((e as Error).message);
+    if (conf.portMappings.length > 0) throw internal(errorMessage(e));
+    warn(errorMessage(e));
   }
 }
 
@@ -246,7 +247,7 @@ async function gc(req: CniRequest): Promise<void> {
       try {
         await applyNat(f, (saved) => planTeardown(staleChains(conf.name, (id) => valid.has(id), saved), saved));
       } catch (e) {
-        if (!(e instanceof IptablesUnusableError)) errors.push(`${ipv(f)}: ${(e as Error).message}`);
+        if (!(e instanceof IptablesUnusableError)) errors.push(`${ipv(f)}: ${errorMessage(e)}`);
       }
     }),
   );

@@ -8,6 +8,7 @@ import { delimiter, join } from 'node:path';
 
 import { CommandError, runCommand } from '../../src/util/exec.js';
 import type { Family, IPAddr } from '../../src/util/ip.js';
+import { errorMessage } from '../../src/util/errors.js';
 
 const FALLBACK_DIRS = ['/usr/sbin', '/sbin', '/usr/bin', '/bin', '/usr/local/sbin', '/usr/local/bin'];
 const found = new Map<string, string | null>();
@@ -116,7 +117,7 @@ export function enableRouteLocalnet(ip: IPAddr): string | null {
   try {
     writeFileSync(path, '1');
   } catch (e) {
-    throw new SysctlError(path, (e as Error).message);
+    throw new SysctlError(path, errorMessage(e));
   }
   return iface;
 }
@@ -183,7 +184,7 @@ export async function flushUdpConntrack(family: Family, ports: readonly number[]
       } catch (e) {
         // Exit status 1 with "0 flow entries have been deleted" is the normal nothing-to-do case.
         if (e instanceof CommandError && e.exitCode === 1 && /0 flow entries/.test(e.stderr)) return;
-        warn(`failed to delete stale UDP conntrack entries for port ${port} (IPv${family}): ${(e as Error).message}`);
+        warn(`failed to delete stale UDP conntrack entries for port ${port} (IPv${family}): ${errorMessage(e)}`);
       }
     }),
   );

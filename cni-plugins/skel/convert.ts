@@ -23,6 +23,7 @@ import {
   type CniResult,
   type CniRoute,
 } from './types.js';
+import { errorMessage } from '../../src/util/errors.js';
 
 const PRE_1_0: readonly string[] = ['0.3.0', '0.3.1', '0.4.0'];
 
@@ -96,7 +97,7 @@ function cidr(text: string | undefined, at: string): string {
     const { ip, net } = IPNet.parseWithHost(text);
     return `${ip.toString()}/${net.prefix}`;
   } catch (e) {
-    throw new CniResultError(at, `invalid CIDR address: ${(e as Error).message}`);
+    throw new CniResultError(at, `invalid CIDR address: ${errorMessage(e)}`);
   }
 }
 
@@ -105,7 +106,7 @@ function ip(text: string | undefined, at: string): string | undefined {
   try {
     return IPAddr.parse(text).toString();
   } catch (e) {
-    throw new CniResultError(at, (e as Error).message);
+    throw new CniResultError(at, errorMessage(e));
   }
 }
 
@@ -199,7 +200,7 @@ function ipVersion(address: string, at: string): '4' | '6' {
   try {
     return IPNet.parseWithHost(address).ip.family === 4 ? '4' : '6';
   } catch (e) {
-    throw new CniResultError(at, `invalid CIDR address: ${(e as Error).message}`);
+    throw new CniResultError(at, `invalid CIDR address: ${errorMessage(e)}`);
   }
 }
 

@@ -8,9 +8,11 @@
 // the same code path as the process entry (env checks, version gates, result conversion), so the
 // outcome is the same as spawning it, minus a second Node.js start. WEFT_CNI_NO_INPROCESS=1 in the
 // request's env forces spawning.
-import { spawn } from 'node:child_process';
 import { accessSync, closeSync, constants as fsc, openSync, readSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { delay } from '../../src/util/backoff.js';
+import { errorMessage } from '../../src/util/errors.js';
+import { CommandError, execProgram } from '../../src/util/exec.js';
 import { CniResultError, convertResult, parseResult } from './convert.js';
 import { execute, toCniError } from './run.js';
 import { CniError, ErrorCode, type CniPlugin, type CniRequest, type CniResult, type Delegates } from './types.js';
@@ -25,7 +27,6 @@ const registry = new Map<string, CniPlugin>();
 
 // File checks are synchronous: a handful of stats and one 512-byte read, where loading
 // node:fs/promises alone costs a plugin process ~1.5 ms.
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Makes `plugin` callable in-process when a weft bundle named `plugin.name` is the delegate. */
 export function registerInProcess(plugin: CniPlugin): void {
@@ -114,21 +115,15 @@ interface ExecOutput {
   readonly stderr: string;
 }
 
-function spawnOnce(file: string, env: Record<string, string>, stdin: string): Promise<ExecOutput> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(file, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    child.stdout.on('data', (d: Buffer) => out.push(d));
-    child.stderr.on('data', (d: Buffer) => err.push(d));
-    child.on('error', reject);
-    child.on('close', (status, signal) =>
-      resolve({ status, signal, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') }),
-    );
-    // A delegate that exits without reading stdin must not crash us with EPIPE.
-    child.stdin.on('error', () => {});
-    child.stdin.end(stdin);
-  });
+/** One run of the delegate, with no deadline (as the reference's); a signal ends it like an exit status. */
+async function spawnOnce(file: string, env: Record<string, string>, stdin: string): Promise<ExecOutput> {
+  try {
+    const r = await execProgram(file, [], { env, input: stdin, timeoutMs: 0 });
+    return { status: r.code, signal: null, stdout: r.stdout, stderr: r.stderr };
+  } catch (err) {
+    if (!(err instanceof CommandError) || err.signal === null) throw err;
+    return { status: null, signal: err.signal, stdout: err.stdout ?? '', stderr: err.stderr };
+  }
 }
 
 async function spawnDelegate(file: string, env: Record<string, string>, stdin: string): Promise<ExecOutput> {
@@ -137,8 +132,9 @@ async function spawnDelegate(file: string, env: Record<string, string>, stdin: s
     try {
       return await spawnOnce(file, env, stdin);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ETXTBSY' || attempt >= 5) throw err;
-      await sleep(1000);
+      const busy = err instanceof CommandError && err.exitCode === null && /ETXTBSY/.test(err.message);
+      if (!busy || attempt >= 5) throw err;
+      await delay(1000);
     }
   }
 }
@@ -156,7 +152,7 @@ function delegateError(run: ExecOutput): CniError {
   } catch (e) {
     return new CniError(
       ErrorCode.Internal,
-      `netplugin failed but error parsing its diagnostic message ${JSON.stringify(run.stdout)}: ${(e as Error).message}`,
+      `netplugin failed but error parsing its diagnostic message ${JSON.stringify(run.stdout)}: ${errorMessage(e)}`,
     );
   }
   const o = (typeof parsed === 'object' && parsed !== null ? parsed : {}) as { code?: unknown; msg?: unknown; details?: unknown };
@@ -208,7 +204,7 @@ async function delegate(req: CniRequest, type: string, stdin: string, verb: Verb
   try {
     raw = JSON.parse(run.stdout);
   } catch (e) {
-    throw new DelegateOutputError(type, file, run.stdout, (e as Error).message);
+    throw new DelegateOutputError(type, file, run.stdout, errorMessage(e));
   }
   try {
     return parseResult(raw, stdinVersion(stdin));

@@ -34,6 +34,7 @@ import {
   type NetConf,
 } from './types.js';
 import { checkSupported, versionAtLeast } from './version.js';
+import { errorMessage } from '../../src/util/errors.js';
 
 // Replaced by the bundler (cni-plugins/build.ts) with package.json's version.
 declare const __WEFT_VERSION__: string | undefined;
@@ -53,7 +54,7 @@ function parseConfigObject(stdin: string): Record<string, unknown> {
   try {
     raw = JSON.parse(stdin);
   } catch (e) {
-    throw new CniError(ErrorCode.DecodeFailure, `error unmarshall network config: ${(e as Error).message}`);
+    throw new CniError(ErrorCode.DecodeFailure, `error unmarshall network config: ${errorMessage(e)}`);
   }
   // Go decodes `null` into an empty struct (→ missing name); any other non-object is an error.
   if (raw === null) raw = {};
@@ -272,7 +273,7 @@ export async function runPlugin(plugin: CniPlugin): Promise<void> {
     const stdin = wantsStdin(process.env) ? await readStdin() : '';
     out = await invoke(plugin, process.env, stdin);
   } catch (err) {
-    out = { exitCode: 1, stdout: goJSON(new CniError(ErrorCode.IOFailure, `error reading from stdin: ${(err as Error).message}`).toJSON()), stderr: '' };
+    out = { exitCode: 1, stdout: goJSON(new CniError(ErrorCode.IOFailure, `error reading from stdin: ${errorMessage(err)}`).toJSON()), stderr: '' };
   }
   if (out.stderr) process.stderr.write(out.stderr);
   if (out.stdout) process.stdout.write(out.stdout);

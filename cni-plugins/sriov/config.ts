@@ -7,6 +7,7 @@
 import { isAbsolute } from 'node:path';
 import { InvalidMacError, parseMac } from '../../src/util/mac.js';
 import type { VfLinkState, VlanProto } from '../../src/netlink/vf.js';
+import { isValidLinkName } from '../lib/linkname.js';
 import { CniError, ErrorCode, type NetConf } from '../skel/types.js';
 
 export const DEFAULT_SYSFS_ROOT = '/sys';
@@ -113,13 +114,6 @@ export function isPciAddress(s: string): boolean {
   return PCI_RE.test(s);
 }
 
-/** Interface names the kernel accepts (dev_valid_name) and `ip -batch` carries unquoted. */
-const IFNAME_RE = /^[^\s/:"'#\\]{1,15}$/;
-
-export function isValidIfName(name: string): boolean {
-  return IFNAME_RE.test(name) && name !== '.' && name !== '..' && Buffer.byteLength(name) <= 15;
-}
-
 /** Go's UnmarshallableBool for CNI_ARGS IgnoreUnknown. */
 function argsBool(key: string, v: string): boolean {
   if (v === '1' || v.toLowerCase() === 'true') return true;
@@ -156,7 +150,7 @@ function loadOvs(c: Obj): OvsOffloadConf | null {
   const o = obj(c, 'ovs');
   if (o === undefined) return null;
   const bridge = str(o, 'bridge', 'ovs.bridge') ?? DEFAULT_OFFLOAD_BRIDGE;
-  if (!isValidIfName(bridge)) {
+  if (!isValidLinkName(bridge)) {
     throw new SriovConfigError(`invalid "ovs" config: "bridge" must be an interface name, got ${JSON.stringify(o.bridge ?? null)}`);
   }
   const out: { bridge: string; ovsRunDir?: string; datapathType?: OffloadDatapathType } = { bridge };

@@ -1,7 +1,7 @@
 // devlink's view of a switchdev NIC's ports (`devlink -j port show`), for finding a VF
 // representor the way sriovnet does before it falls back to sysfs. null when devlink is not
 // installed or fails (then sysfs decides).
-import { execProgram } from '../bridge/exec.js';
+import { execProgram } from '../../src/util/exec.js';
 import { parseDevlinkPorts, type DevlinkPort, type DevlinkPortLookup } from './sysfs.js';
 
 export const devlinkPortLookup: DevlinkPortLookup = async (pciAddress: string): Promise<readonly DevlinkPort[] | null> => {

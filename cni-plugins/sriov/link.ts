@@ -1,5 +1,5 @@
-// The VF netdev's trips between the host and the pod, through `ip` as the bridge plugin does it
-// (host side: `ip -batch`; pod side: `nsenter --net=<fd> ip -batch`).
+// The VF netdev's trips between the host and the pod, through lib/ipbatch.ts as the bridge plugin
+// does it (host side: `ip -batch`; pod side: `nsenter --net=<fd> ip -batch`).
 //
 // Into the pod, the VF passes through a temporary netns (sriov-cni does the same) so that its
 // rename to CNI_IFNAME never happens in the host, where udev or NetworkManager would react to it
@@ -7,12 +7,19 @@
 // `unshare --net ip -force -batch -` process: it vanishes with that process, so nothing is left
 // under /run/netns, and if the plugin dies mid-way the kernel returns a physical VF to the
 // initial netns by itself.
-import { spawn } from 'node:child_process';
+//
+// The temporary netns's process is the one program not started through src/util/exec.ts: the
+// host side needs its pid (`link set netns <pid>`, /proc/<pid>/ns/net), which StartedProgram
+// does not give.
 import { statSync } from 'node:fs';
+import { delay } from '../../src/util/backoff.js';
+import { errorMessage } from '../../src/util/errors.js';
+import { execProgram, startProgram } from '../../src/util/exec.js';
+import { ipBatch, parseBatchStderr, podSysctls } from '../lib/ipbatch.js';
+import { hasFlag, linksOf, type IpLink } from '../lib/ipjson.js';
+import { podAddressLines, podIPv6Sysctls, podRouteLines, type BatchLine } from '../lib/lines.js';
+import { NetnsHandle } from '../lib/netns.js';
 import type { CniIPConfig, CniRoute } from '../skel/types.js';
-import { execProgram } from '../bridge/exec.js';
-import { hasFlag, ipBatch, linksOf, NetnsHandle, parseBatchStderr, podSysctls, type IpLink } from '../bridge/iproute.js';
-import { podAddressLines, podIPv6Sysctls, podRouteLines, type BatchLine } from '../bridge/plan.js';
 
 /** A step of moving or configuring the VF netdev failed. */
 export class VfLinkError extends Error {
@@ -24,8 +31,6 @@ export class VfLinkError extends Error {
     this.name = 'VfLinkError';
   }
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** sriov-cni retries a MAC the driver applies asynchronously (i40e/iavf) 20 × 100 ms. */
 const MAC_ATTEMPTS = 20;
@@ -64,26 +69,18 @@ interface TempNetns {
 
 /** `unshare --net -- ip -force -batch -` with the pod and host netns as its fds 3 and 4. */
 function startTempNetns(pod: NetnsHandle, host: NetnsHandle): TempNetns {
-  const child = spawn('unshare', ['--net', '--', 'ip', '-force', '-batch', '-'], {
-    stdio: ['pipe', 'ignore', 'pipe', pod.fd, host.fd],
-    env: { ...process.env, LC_ALL: 'C' },
-  });
-  let stderr = '';
-  child.stderr?.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-  child.stdin?.on('error', () => {});
-  const done = new Promise<{ code: number; stderr: string }>((resolve, reject) => {
-    child.on('error', (e) => reject(new VfLinkError('failed to create the temporary netns', e.message)));
-    child.on('close', (code, signal) => resolve({ code: code ?? (signal ? 128 : -1), stderr }));
-  });
-  done.catch(() => undefined);
-  let fed = false;
-  return {
-    pid: child.pid ?? -1,
-    feed(lines) {
-      if (fed) return;
-      fed = true;
-      child.stdin?.end(lines.length > 0 ? lines.join('\n') + '\n' : '');
+  // No deadline: the batch waits for our lines, and the caller bounds the wait for the netns itself.
+  const p = startProgram('unshare', ['--net', '--', 'ip', '-force', '-batch', '-'], { extraFds: [pod.fd, host.fd], timeoutMs: 0 });
+  const done = p.result.then(
+    (r) => ({ code: r.code, stderr: r.stderr }),
+    (e: unknown) => {
+      throw new VfLinkError('failed to create the temporary netns', errorMessage(e));
     },
+  );
+  done.catch(() => undefined);
+  return {
+    pid: p.pid ?? -1,
+    feed: (lines) => p.feed(lines.length > 0 ? lines.join('\n') + '\n' : ''),
     done,
   };
 }
@@ -99,7 +96,7 @@ async function waitOwnNetns(pid: number): Promise<void> {
       throw new VfLinkError('failed to create the temporary netns', `process ${pid} exited`);
     }
     if (Date.now() > deadline) throw new VfLinkError('failed to create the temporary netns', `unshare did not enter a new netns within ${TEMP_NETNS_READY_MS} ms`);
-    await sleep(2);
+    await delay(2);
   }
 }
 
@@ -177,7 +174,7 @@ export async function setupPodLink(ns: NetnsHandle, ifname: string, mac: string 
     if (!link) throw new VfLinkError(`failed to get netlink device with name ${ifname}`, 'not in ip output');
     if (!mac || link.address === mac) return link;
     if (attempt >= MAC_ATTEMPTS) throw new VfLinkError(`failed to set netlink MAC address to ${mac}`, `the device still has ${link.address}`);
-    await sleep(MAC_RETRY_MS);
+    await delay(MAC_RETRY_MS);
   }
 }
 
@@ -199,10 +196,16 @@ export async function announce(ns: NetnsHandle, ifname: string, mac: string): Pr
     const link = await podLink(ns, ifname);
     carrier = link !== null && hasFlag(link, 'LOWER_UP');
     if (carrier || Date.now() > deadline) break;
-    await sleep(20);
+    await delay(20);
   }
   const r = await ipBatch([`link set dev ${ifname} address ${mac}`], { netns: ns });
   return carrier && r.code === 0;
+}
+
+/** The name a VF gets back in the host when its own is unknown: the systemd style <pf>v<N>. */
+export function fallbackHostName(pf: string, vfIndex: number): string {
+  const suffix = `v${vfIndex}`;
+  return `${pf.slice(0, 15 - suffix.length)}${suffix}`;
 }
 
 export interface HostIdentity {

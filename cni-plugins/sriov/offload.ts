@@ -15,32 +15,26 @@
 //         original name rediscovered in sysfs (or read from its phys_port_name, pfXvfN).
 // check   the port named in the state is on the bridge with the pod's external_ids (container
 //         ID, ifname, IP and MAC of the prevResult).
+//
+// What it derives before changing anything is offload-names.ts's, what it saves for detach
+// offload-state.ts's, and the link changes (ip, ethtool) offload-links.ts's.
 import { listPodInterfaces, type PodInterface } from '../../src/backend/ovs/bridge.js';
-import { gatewayOf } from '../../src/backend/ovs/pipeline.js';
 import { attachPodPort, detachPodPort, findPodInterfaces } from '../../src/backend/ovs/podport.js';
 import { OvsClient } from '../../src/ovs/cli.js';
-import { IPAddr, IPNet } from '../../src/util/ip.js';
-import { ExecError, execProgram } from '../bridge/exec.js';
-import { hasFlag, ipBatch, linksOf, NetnsHandle, type IpLink } from '../bridge/iproute.js';
-import { CniError, ErrorCode, type CniIPConfig, type CniRequest } from '../skel/types.js';
-import {
-  DEFAULT_OFFLOAD_BRIDGE,
-  DEFAULT_OFFLOAD_OVS_RUNDIR,
-  isValidIfName,
-  loadSriovConf,
-  type OffloadDatapathType,
-  type OvsOffloadConf,
-} from './config.js';
-import { hostLink } from './link.js';
-import type { OffloadAttachContext, OffloadAttachment, OffloadDetachContext, OffloadHooks } from './plugin.js';
+import { errorMessage } from '../../src/util/errors.js';
+import { isValidLinkName } from '../lib/linkname.js';
+import { tryStep, Undo } from '../lib/rollback.js';
+import { CniError, ErrorCode, type CniRequest } from '../skel/types.js';
+import { loadSriovConf, type OvsOffloadConf } from './config.js';
+import type { OffloadAttachContext, OffloadAttachment, OffloadDetachContext, OffloadHooks } from './deps.js';
+import { ipLinks, type OffloadLinks } from './offload-links.js';
+import { hostIfaceName, offloadSettings, podAddress } from './offload-names.js';
+import { decodeOffloadState, encodeOffloadState, type OffloadState } from './offload-state.js';
 import { discoverRepresentor, Sysfs } from './sysfs.js';
 
 /** CNI_ARGS keys the runtime sets; they name the host interface and go on the port. */
 const POD_NAME_ARG = 'K8S_POD_NAME';
 const POD_NAMESPACE_ARG = 'K8S_POD_NAMESPACE';
-/** Antrea's interfaceNamePrefixLength and interfaceKeyLength (8 + '-' + 6 = 15 = IFNAMSIZ - 1). */
-const NAME_PREFIX_CHARS = 8;
-const NAME_HASH_CHARS = 6;
 const VF_REPRESENTOR_PORT_RE = /^(?:c\d+)?pf\d+vf\d+$/;
 
 // ---- errors ----
@@ -79,220 +73,12 @@ export class OffloadCheckError extends CniError {
   }
 }
 
-/** An `ip` or `ethtool` step on the representor or the VF failed. */
-export class OffloadLinkError extends Error {
-  constructor(
-    readonly step: string,
-    reason: string,
-  ) {
-    super(`${step}: ${reason}`);
-    this.name = 'OffloadLinkError';
-  }
-}
-
-// ---- settings, names, addressing ----
-
-export interface OvsOffloadSettings {
-  readonly bridge: string;
-  readonly ovsRunDir: string;
-  readonly datapathType: OffloadDatapathType;
-}
-
-/** The `ovs` key with its defaults applied. */
-export function offloadSettings(ovs: OvsOffloadConf): OvsOffloadSettings {
-  return {
-    bridge: ovs.bridge || DEFAULT_OFFLOAD_BRIDGE,
-    ovsRunDir: ovs.ovsRunDir ?? DEFAULT_OFFLOAD_OVS_RUNDIR,
-    datapathType: ovs.datapathType ?? 'system',
-  };
-}
-
-function sha1Hex(text: string): string {
-  // Loaded here only: node:crypto costs every plugin start a few ms, and only offload needs it.
-  return process.getBuiltinModule('node:crypto').createHash('sha1').update(text).digest('hex');
-}
-
-/**
- * The representor's name on the host, Antrea's rule (GenerateContainerInterfaceName): the first
- * 8 characters of the pod name without leading '-', '-', then 6 hex characters of sha1 of the
- * container ID; 15 characters at most. An interface other than eth0 hashes container ID + ifname
- * (Antrea's secondary-interface key) so two attachments of one pod differ. Without a usable pod
- * name, the container ID stands in for it.
- */
-export function hostIfaceName(podName: string | undefined, containerId: string, ifname: string): string {
-  const hash = sha1Hex(ifname === 'eth0' ? containerId : containerId + ifname).slice(0, NAME_HASH_CHARS);
-  const named = (name: string): string | null => {
-    const prefix = name.slice(0, NAME_PREFIX_CHARS).replace(/^-+/, '');
-    const out = `${prefix}-${hash}`;
-    return prefix !== '' && isValidIfName(out) ? out : null;
-  };
-  return (podName ? named(podName) : null) ?? named(containerId) ?? `sriov-${hash}`;
-}
-
-export interface PodAddress {
-  readonly ip: IPAddr;
-  /** IPAM's gateway, or the subnet's first address (the node's weft-gw0) when it gave none. */
-  readonly gateway: IPAddr;
-}
-
-/** The pod's IPv4 address and gateway from IPAM's result (the ovs backend's flows are IPv4-only). */
-export function podAddress(ips: readonly CniIPConfig[]): PodAddress | null {
-  for (const ipc of ips) {
-    let parsed: { ip: IPAddr; net: IPNet };
-    try {
-      parsed = IPNet.parseWithHost(ipc.address);
-    } catch {
-      continue;
-    }
-    if (parsed.ip.family !== 4) continue;
-    const gw = ipc.gateway !== undefined ? IPAddr.tryParse(ipc.gateway) : null;
-    return { ip: parsed.ip, gateway: gw !== null && gw.family === 4 ? gw : gatewayOf(parsed.net) };
-  }
-  return null;
-}
-
-// ---- state ----
-
-/** What detach needs, saved in the sriov state file (weft.offload). */
-export interface OffloadState {
-  /** The representor's name before attach (what detach renames it back to). */
-  readonly representor: string;
-  /** The name it had on the bridge. */
-  readonly hostIface: string;
-  readonly bridge: string;
-  readonly ovsRunDir: string;
-  readonly datapathType: OffloadDatapathType;
-  /** The representor's admin state and ARP before attach. */
-  readonly wasUp: boolean;
-  readonly arpWasOn: boolean;
-  /** attach turned the VF's TX checksum offload off (netdev) and detach turns it back on. */
-  readonly txChecksumOff: boolean;
-}
-
-export function encodeOffloadState(s: OffloadState): Record<string, unknown> {
-  return { ...s };
-}
-
-/** The state attach saved, or null when there is none or it lacks what detach needs. */
-export function decodeOffloadState(raw: Record<string, unknown> | null): OffloadState | null {
-  if (raw === null) return null;
-  const name = (v: unknown): string | null => (typeof v === 'string' && isValidIfName(v) ? v : null);
-  const representor = name(raw.representor);
-  const hostIface = name(raw.hostIface);
-  const bridge = name(raw.bridge);
-  const ovsRunDir = typeof raw.ovsRunDir === 'string' && raw.ovsRunDir.startsWith('/') ? raw.ovsRunDir : null;
-  if (representor === null || hostIface === null || bridge === null || ovsRunDir === null) return null;
-  return {
-    representor,
-    hostIface,
-    bridge,
-    ovsRunDir,
-    datapathType: raw.datapathType === 'netdev' ? 'netdev' : 'system',
-    wasUp: raw.wasUp !== false,
-    arpWasOn: raw.arpWasOn !== false,
-    txChecksumOff: raw.txChecksumOff === true,
-  };
-}
-
-// ---- links (ip, ethtool) ----
-
-export interface RepresentorLink {
-  readonly name: string;
-  readonly mac: string;
-  readonly up: boolean;
-  readonly arp: boolean;
-}
-
-/** The link operations the offload step needs; `ipLinks` is the real one, tests pass fakes. */
-export interface OffloadLinks {
-  /** A link in the plugin's (host) netns, or null. */
-  host(name: string): Promise<RepresentorLink | null>;
-  /** Host link `from`: down, renamed `to`, ARP and admin state as given; the link read back. */
-  rename(from: string, to: string, set: { readonly arp: boolean; readonly up: boolean }): Promise<RepresentorLink>;
-  /** TX checksum offload of a pod interface: true/false, null when ethtool does not say. */
-  txChecksum(netns: string, ifname: string): Promise<boolean | null>;
-  setTxChecksum(netns: string, ifname: string, on: boolean): Promise<void>;
-}
-
-function toRepresentor(l: IpLink): RepresentorLink {
-  return { name: l.ifname, mac: l.address, up: hasFlag(l, 'UP'), arp: !hasFlag(l, 'NOARP') };
-}
-
-async function inPod<T>(netns: string, fn: (ns: NetnsHandle) => Promise<T>): Promise<T> {
-  const ns = NetnsHandle.open(netns);
-  try {
-    return await fn(ns);
-  } finally {
-    ns.close();
-  }
-}
-
-async function podEthtool(netns: string, args: readonly string[]): Promise<string> {
-  const what = `ethtool ${args.join(' ')}`;
-  return inPod(netns, async (ns) => {
-    let r;
-    try {
-      r = await execProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, 'ethtool', ...args], { extraFds: [ns.fd] });
-    } catch (e) {
-      throw new OffloadLinkError(what, (e as ExecError).message);
-    }
-    if (r.code !== 0) {
-      const why = r.stderr.trim() || r.stdout.trim() || `exit status ${r.code}`;
-      const hint = /No such file|not found/i.test(why) ? ' (the netdev datapath needs ethtool: apt-get install ethtool)' : '';
-      throw new OffloadLinkError(what, why + hint);
-    }
-    return r.stdout;
-  });
-}
-
-export const ipLinks: OffloadLinks = {
-  async host(name) {
-    const l = await hostLink(name);
-    return l ? toRepresentor(l) : null;
-  },
-  async rename(from, to, set) {
-    const lines = [`link set dev ${from} down`];
-    if (from !== to) lines.push(`link set dev ${from} name ${to}`);
-    lines.push(`link set dev ${to} arp ${set.arp ? 'on' : 'off'}`);
-    if (set.up) lines.push(`link set dev ${to} up`);
-    lines.push(`link show dev ${to}`);
-    const r = await ipBatch(lines, { json: true });
-    const step = from === to ? `failed to set up ${to}` : `failed to rename ${from} to ${to}`;
-    if (r.code !== 0) throw new OffloadLinkError(step, r.message || `ip exited with status ${r.code}`);
-    const l = linksOf(r.docs).find((x) => x.ifname === to);
-    if (!l) throw new OffloadLinkError(step, `${to} is not in ip's output`);
-    return toRepresentor(l);
-  },
-  async txChecksum(netns, ifname) {
-    const m = /^tx-checksumming:\s*(on|off)/m.exec(await podEthtool(netns, ['-k', ifname]));
-    return m ? m[1] === 'on' : null;
-  },
-  async setTxChecksum(netns, ifname, on) {
-    await podEthtool(netns, ['-K', ifname, 'tx', on ? 'on' : 'off']);
-  },
-};
-
 // ---- the hooks ----
 
 export interface OvsOffloadDeps {
   /** The Open vSwitch client for a run dir (default: src/ovs/cli.ts's OvsClient). */
   readonly ovs?: (runDir: string) => OvsClient;
   readonly links?: OffloadLinks;
-}
-
-const message = (e: unknown): string => (e instanceof Error ? e.message : String(e));
-
-/** Runs undo steps newest first; returns what failed. */
-async function runUndo(steps: ReadonlyArray<{ what: string; run: () => Promise<unknown> }>): Promise<string[]> {
-  const errors: string[] = [];
-  for (const s of [...steps].reverse()) {
-    try {
-      await s.run();
-    } catch (e) {
-      errors.push(`${s.what}: ${message(e)}`);
-    }
-  }
-  return errors;
 }
 
 /** The bridge must exist in a reachable OVSDB before anything changes. */
@@ -342,7 +128,7 @@ export function createOvsOffload(deps: OvsOffloadDeps = {}): OffloadHooks {
     try {
       await requireBridge(ovs, cfg.bridge);
     } catch (e) {
-      throw fail(message(e));
+      throw fail(errorMessage(e));
     }
     const before = await links.host(rep);
     if (before === null) throw fail(`the representor ${rep} is not in the host network namespace`);
@@ -351,9 +137,9 @@ export function createOvsOffload(deps: OvsOffloadDeps = {}): OffloadHooks {
     }
 
     const netdev = cfg.datapathType === 'netdev';
-    const undo: Array<{ what: string; run: () => Promise<unknown> }> = [];
+    const undo = new Undo();
     try {
-      undo.push({ what: `rename ${hostIface} back to ${rep}`, run: () => restoreRepresentor(links, hostIface, { name: rep, up: before.up, arp: before.arp }) });
+      undo.push(`rename ${hostIface} back to ${rep}`, () => restoreRepresentor(links, hostIface, { name: rep, up: before.up, arp: before.arp }));
       // netdev: the host kernel must not answer ARP on a port OVS reads with AF_PACKET.
       const renamed = await links.rename(rep, hostIface, { arp: netdev ? false : before.arp, up: true });
       let txChecksumOff = false;
@@ -361,12 +147,12 @@ export function createOvsOffload(deps: OvsOffloadDeps = {}): OffloadHooks {
         // The userspace datapath hands on packets with unfinished checksums (as weft-ovs on veths).
         const was = await links.txChecksum(req.netns, req.ifname);
         if (was !== false) {
-          if (was === true) undo.push({ what: `TX checksum offload back on for ${req.ifname}`, run: () => links.setTxChecksum(req.netns, req.ifname, true) });
+          if (was === true) undo.push(`TX checksum offload back on for ${req.ifname}`, () => links.setTxChecksum(req.netns, req.ifname, true));
           await links.setTxChecksum(req.netns, req.ifname, false);
           txChecksumOff = was === true;
         }
       }
-      undo.push({ what: `remove port ${hostIface}`, run: () => detachPodPort(ovs, cfg.bridge, { containerId: req.containerId, ifName: req.ifname }) });
+      undo.push(`remove port ${hostIface}`, () => detachPodPort(ovs, cfg.bridge, { containerId: req.containerId, ifName: req.ifname }));
       await attachPodPort(ovs, {
         bridge: cfg.bridge,
         hostIface,
@@ -390,27 +176,20 @@ export function createOvsOffload(deps: OvsOffloadDeps = {}): OffloadHooks {
       };
       return { hostInterface: { name: hostIface, mac: renamed.mac }, state: encodeOffloadState(state) };
     } catch (e) {
-      const cleanup = await runUndo(undo);
-      throw fail(message(e), cleanup.length > 0 ? `undoing the attach also failed: ${cleanup.join('; ')}` : '');
+      const cleanup = await undo.run();
+      throw fail(errorMessage(e), cleanup.length > 0 ? `undoing the attach also failed: ${cleanup.join('; ')}` : '');
     }
   }
 
   async function detachWithState(req: CniRequest, s: OffloadState): Promise<void> {
     const ovs = client(s.ovsRunDir);
     const errors: string[] = [];
-    const attempt = async (what: string, fn: () => Promise<unknown>): Promise<void> => {
-      try {
-        await fn();
-      } catch (e) {
-        errors.push(`${what}: ${message(e)}`);
-      }
-    };
-    await attempt(`remove port ${s.hostIface} and its flows from ${s.bridge}`, () => detachPodPort(ovs, s.bridge, { containerId: req.containerId, ifName: req.ifname }));
+    await tryStep(errors, `remove port ${s.hostIface} and its flows from ${s.bridge}`, () => detachPodPort(ovs, s.bridge, { containerId: req.containerId, ifName: req.ifname }));
     if (s.txChecksumOff && req.netns !== '') {
       // Best effort: the VF works either way, and the pod (with the VF) may already be gone.
       await links.setTxChecksum(req.netns, req.ifname, true).catch(() => undefined);
     }
-    await attempt(`rename ${s.hostIface} back to ${s.representor}`, () => restoreRepresentor(links, s.hostIface, { name: s.representor, up: s.wasUp, arp: s.arpWasOn }));
+    await tryStep(errors, `rename ${s.hostIface} back to ${s.representor}`, () => restoreRepresentor(links, s.hostIface, { name: s.representor, up: s.wasUp, arp: s.arpWasOn }));
     if (errors.length > 0) throw new OffloadDetachError(req.containerId, req.ifname, errors);
   }
 
@@ -431,10 +210,10 @@ export function createOvsOffload(deps: OvsOffloadDeps = {}): OffloadHooks {
     const errors: string[] = [];
     const names = new Set<string>([hostIfaceName(req.args.get(POD_NAME_ARG), req.containerId, req.ifname)]);
     try {
-      for (const row of await findPodInterfaces(ovs, pod)) if (isValidIfName(row.name)) names.add(row.name);
+      for (const row of await findPodInterfaces(ovs, pod)) if (isValidLinkName(row.name)) names.add(row.name);
       await detachPodPort(ovs, cfg.bridge, pod);
     } catch (e) {
-      errors.push(`remove the port of container ${req.containerId} interface ${req.ifname} from ${cfg.bridge}: ${message(e)}`);
+      errors.push(`remove the port of container ${req.containerId} interface ${req.ifname} from ${cfg.bridge}: ${errorMessage(e)}`);
     }
     const sysfs = new Sysfs(sysfsRoot);
     let discovered: string | null = null;
@@ -452,7 +231,7 @@ export function createOvsOffload(deps: OvsOffloadDeps = {}): OffloadHooks {
       try {
         await links.rename(name, orig, { arp: true, up: link.up });
       } catch (e) {
-        errors.push(`rename ${name} back to ${orig}: ${message(e)}`);
+        errors.push(`rename ${name} back to ${orig}: ${errorMessage(e)}`);
       }
     }
     if (errors.length > 0) throw new OffloadDetachError(req.containerId, req.ifname, errors);
@@ -472,7 +251,7 @@ export function createOvsOffload(deps: OvsOffloadDeps = {}): OffloadHooks {
     try {
       ports = await listPodInterfaces(client(s.ovsRunDir), s.bridge);
     } catch (e) {
-      throw new OffloadCheckError(`failed to list the ports of Open vSwitch bridge ${s.bridge}: ${message(e)}`);
+      throw new OffloadCheckError(`failed to list the ports of Open vSwitch bridge ${s.bridge}: ${errorMessage(e)}`);
     }
     const port = ports.find((p) => p.name === s.hostIface);
     if (!port) throw new OffloadCheckError(`no Open vSwitch port ${s.hostIface} with the pod's external_ids on bridge ${s.bridge}`);

@@ -10,7 +10,10 @@
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { VfConfig, VfLinkState, VlanProto } from '../../src/netlink/vf.js';
-import { NetnsHandle } from '../bridge/iproute.js';
+import { errorMessage } from '../../src/util/errors.js';
+import { NetnsHandle } from '../lib/netns.js';
+import { internalError } from '../lib/rollback.js';
+import { withFileLock } from '../skel/lock.js';
 import { randomBytesSync } from '../skel/random.js';
 import type { NetConf } from '../skel/types.js';
 import type { OnOff, SriovConf } from './config.js';
@@ -68,6 +71,20 @@ export function pciAllocFile(dataDir: string, pci: string): string {
 
 export function pciLockFile(dataDir: string, pci: string): string {
   return join(dataDir, 'pci', 'vf_lock', `${pci}.lock`);
+}
+
+/** sriov-cni waits up to 60 s for another ADD/DEL of the same VF. */
+const LOCK_TIMEOUT_S = 60;
+
+/** Runs `fn` holding the VF's lock file (sriov-cni's path; created with its directories). */
+export async function lockVf<T>(dataDir: string, pci: string, fn: () => Promise<T>): Promise<T> {
+  const file = pciLockFile(dataDir, pci);
+  try {
+    mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
+  } catch (e) {
+    throw internalError(`failed to create the sriov data directory(${JSON.stringify(dirname(file))}): ${errorMessage(e)}`);
+  }
+  return withFileLock(file, fn, { timeoutSeconds: LOCK_TIMEOUT_S, mode: 0o600 });
 }
 
 const LINK_STATE_NUMBER: Record<VfLinkState, number> = { auto: 0, enable: 1, disable: 2 };
@@ -151,7 +168,7 @@ export function decodeState(path: string, text: string): SriovState {
   try {
     raw = JSON.parse(text);
   } catch (e) {
-    throw new StateFileError(path, (e as Error).message);
+    throw new StateFileError(path, errorMessage(e));
   }
   if (!isObj(raw)) throw new StateFileError(path, 'not a JSON object');
   const o = isObj(raw.OrigVfState) ? raw.OrigVfState : null;

@@ -12,6 +12,7 @@
 // Reads are synchronous: a handful of small files, where loading node:fs/promises costs more.
 import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { basename, join } from 'node:path';
+import { errorMessage } from '../../src/util/errors.js';
 import { CniError, ErrorCode } from '../skel/types.js';
 
 /** Drivers that leave a VF without a netdev (sriov-cni's UserspaceDrivers). */
@@ -130,7 +131,7 @@ export class Sysfs {
       return { pf, vfIndex: this.vfIndex(vfPci, pf) };
     } catch (e) {
       throw new SriovDiscoveryError(
-        `SRIOV-CNI failed to load netconf: LoadConf(): failed to get VF information: ${JSON.stringify((e as Error).message)}`,
+        `SRIOV-CNI failed to load netconf: LoadConf(): failed to get VF information: ${JSON.stringify(errorMessage(e))}`,
         vfPci,
       );
     }

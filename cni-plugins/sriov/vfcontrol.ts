@@ -8,7 +8,8 @@
 //  - RecordingPfVfControl: an in-memory PF for tests without SR-IOV hardware; it records every
 //    call and behaves like a driver (a change is visible to the next read).
 import { type VfChange, type VfConfig, type VfLinkState, type VlanProto } from '../../src/netlink/vf.js';
-import { ipBatch, linksOf } from '../bridge/iproute.js';
+import { ipBatch } from '../lib/ipbatch.js';
+import { linksOf } from '../lib/ipjson.js';
 
 /** The PF cannot be read (missing link, `ip` failure). */
 export class PfReadError extends Error {

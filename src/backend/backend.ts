@@ -1,9 +1,27 @@
 // The contract between the daemon loop and a dataplane backend, and the registry of backend types.
-import type { ExternalInterface } from '../daemon/iface.js';
+// Everything a backend needs from the outside world is declared here, so src/backend never
+// imports the daemon.
 import type { BackendConfig, NetworkConfig } from '../subnet/config.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../subnet/lease.js';
+import type { WeftSubnetEnv } from '../subnetenv/format.js';
+import type { IPAddr } from '../util/ip.js';
 import type { Logger } from '../util/log.js';
 import type { Repairs } from './kernel/diff.js';
+
+/** The node's interface towards its peers (chosen by the daemon from --iface and friends). */
+export interface ExternalInterface {
+  readonly name: string;
+  readonly index: number;
+  readonly mtu: number;
+  /** The interface's IPv4 address used (null when IPv4 is disabled). */
+  readonly ifaceAddr: IPAddr | null;
+  /** Its global IPv6 address (null when IPv6 is disabled). */
+  readonly ifaceV6Addr: IPAddr | null;
+  /** Public IPv4: --public-ip or ifaceAddr. */
+  readonly extAddr: IPAddr | null;
+  /** Public IPv6: --public-ipv6 or ifaceV6Addr. */
+  readonly extV6Addr: IPAddr | null;
+}
 
 /** What a backend reports after each programming pass. */
 export interface BackendMetrics {
@@ -22,8 +40,8 @@ export interface BackendContext {
 export interface Prepared {
   readonly attrs: LeaseAttrs;
   readonly mtu: number;
-  /** Extra `WEFT_*` lines for subnet.env (what the CNI plugin needs to attach pods). */
-  readonly subnetEnv?: ReadonlyArray<readonly [string, string]>;
+  /** The `WEFT_*` lines of subnet.env this backend sets (what the CNI plugin needs to attach pods). */
+  readonly subnetEnv?: Partial<Pick<WeftSubnetEnv, 'backend' | 'ovsBridge' | 'ovsRunDir' | 'ovsDatapath'>>;
 }
 
 export interface Backend {

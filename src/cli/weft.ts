@@ -14,7 +14,7 @@ import { PROTOS, traceCommand } from './trace/command.js';
 async function leasesCommand(args: EtcdFlags & { output: 'table' | 'json' }): Promise<number> {
   let manager: EtcdSubnetManager;
   try {
-    manager = new EtcdSubnetManager({
+    manager = EtcdSubnetManager.connect({
       ...etcdConnectOptions(args),
       knownBackends: [],
       logger: createLogger({ level: 'error' }),

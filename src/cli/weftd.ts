@@ -3,7 +3,8 @@ import { defaultBackends } from '../backend/registry.js';
 import { Daemon, FatalError } from '../daemon/daemon.js';
 import { HealthServer } from '../daemon/http.js';
 import { DaemonMetrics } from '../daemon/metrics.js';
-import { readPreviousSubnets } from '../daemon/subnetenv.js';
+import { RulesManager } from '../ipmasq/manager.js';
+import { readPreviousSubnets } from '../subnetenv/read.js';
 import { EtcdSubnetManager } from '../subnet/etcd/manager.js';
 import { KubeClient, KubeConfigError, loadKubeConfig, NodeNameError, resolveNodeName } from '../subnet/kube/client.js';
 import { AnnotationValueError, storedPublicIPs } from '../subnet/kube/annotations.js';
@@ -22,7 +23,7 @@ async function etcdManager(flags: Flags, knownBackends: readonly string[], logge
     logger.warn('ignoring the previous subnet file', { error: e.message });
     return { subnet: null, ipv6Subnet: null };
   });
-  return new EtcdSubnetManager({
+  return EtcdSubnetManager.connect({
     ...etcdConnectOptions(flags),
     knownBackends,
     logger: logger.child({ component: 'etcd' }),
@@ -106,6 +107,15 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`weftd: ${(e as Error).message}\n`);
     return 2;
   }
+  const rules = new RulesManager({
+    ipMasq: flags.ipMasq,
+    ...(flags.ipMasqConfig ? { ipMasqConfig: flags.ipMasqConfig } : {}),
+    forwardRules: flags.iptablesForwardRules,
+    fullyRandomDisable: flags.ipMasqFullyRandomDisable,
+    resyncSeconds: flags.iptablesResync,
+    logger,
+    metrics,
+  });
   const daemon = new Daemon(
     {
       iface: {
@@ -116,15 +126,10 @@ async function main(argv: string[]): Promise<number> {
         publicIPv6: flags.publicIpv6 || undefined,
       },
       subnetFile: flags.subnetFile,
-      ipMasq: flags.ipMasq,
-      ...(flags.ipMasqConfig ? { ipMasqConfig: flags.ipMasqConfig } : {}),
-      forwardRules: flags.iptablesForwardRules,
-      fullyRandomDisable: flags.ipMasqFullyRandomDisable,
-      rulesResync: flags.iptablesResync,
       blackholeRoute: flags.ipBlackholeRoute,
       reconcileInterval: flags.reconcileInterval,
     },
-    { manager, backends, logger, metrics },
+    { manager, backends, rules, logger, metrics },
   );
 
   const stop = new AbortController();

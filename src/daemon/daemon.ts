@@ -1,44 +1,33 @@
-// The daemon loop: interface → network config → backend → lease → subnet.env → peer events.
+// The daemon loop: interface → network config → backend → lease → subnet.env → peer events. It
+// coordinates three interfaces, as flanneld does: the subnet manager (leases), the backend
+// (dataplane) and the rules manager (masquerade/forward rules).
 // Shutdown leaves the lease, subnet.env and every dataplane object in place.
 import { access, constants, mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import type { Backend, BackendRegistry, Prepared } from '../backend/backend.js';
+
+import type { Backend, BackendRegistry, ExternalInterface, Prepared } from '../backend/backend.js';
+import { RulesSetupError, ruleInputs, type RulesManager } from '../ipmasq/manager.js';
 import { ConfigError, type NetworkConfig } from '../subnet/config.js';
-import type { Lease } from '../subnet/lease.js';
-import { leaseId } from '../subnet/lease.js';
+import { leaseId, type Lease } from '../subnet/lease.js';
 import { ConfigNotFoundError, StoreUnavailableError, type AcquireHow, type SubnetManager } from '../subnet/manager.js';
 import { LeaseWatcher } from '../subnet/watcher.js';
+import { NO_WEFT_LINES } from '../subnetenv/format.js';
+import { writeSubnetEnv } from '../subnetenv/write.js';
 import { AbortedError, Backoff, delay } from '../util/backoff.js';
+import { errorMessage } from '../util/errors.js';
 import { rateLimited, type Logger } from '../util/log.js';
-import { EventBatcher } from './batcher.js';
-import { selectExternalInterface, type ExternalInterface, type IfaceOptions, type SystemView } from './iface.js';
-import type { DaemonMetrics } from './metrics.js';
-import { writeSubnetEnv } from './subnetenv.js';
-import { RuleKeeper, type Runner } from '../ipmasq/keeper.js';
-import type { FamilyInput } from '../ipmasq/model.js';
-import { describeAgentChange, defaultAgentConfig, loadAgentConfig, parseAgentConfig, type AgentConfig, type LoadedAgentConfig } from '../ipmasq/agent-config.js';
-import { watchConfigFile, type FileState } from '../ipmasq/config-watch.js';
-import { CommandError } from '../util/exec.js';
-import { BlackholeRoutes } from './blackhole.js';
 import { VERSION } from '../version.js';
+import { EventBatcher } from './batcher.js';
+import { BlackholeRoutes } from './blackhole.js';
+import { selectExternalInterface, type IfaceOptions, type SystemView } from './iface.js';
+import type { DaemonMetrics } from './metrics.js';
 import { buildStatus, DaemonActivity, type StatusOptions, type StatusSnapshot } from './status.js';
 
 export interface DaemonOptions {
   /** Interface flags; the address families come from the network config. */
   readonly iface: Omit<IfaceOptions, 'enableIPv4' | 'enableIPv6'>;
   readonly subnetFile: string;
-  readonly ipMasq: boolean;
-  /**
-   * `--ip-masq-config`: ip-masq-agent mode, configured by this YAML/JSON file and reloaded when it
-   * changes. Exclusive with `ipMasq`.
-   */
-  readonly ipMasqConfig?: string;
-  /** `--iptables-forward-rules`: accept rules for the cluster network in FORWARD. */
-  readonly forwardRules: boolean;
-  readonly fullyRandomDisable: boolean;
-  /** Seconds between masquerade/forward rule checks (`--iptables-resync`); 0 disables. */
-  readonly rulesResync: number;
-  /** `--ip-blackhole-route`: a blackhole route for our own subnet(s), re-checked every resync. */
+  /** `--ip-blackhole-route`: a blackhole route for our own subnet(s), re-checked every rule resync. */
   readonly blackholeRoute?: boolean;
   /** Seconds between backend drift repairs; 0 disables. */
   readonly reconcileInterval: number;
@@ -47,11 +36,11 @@ export interface DaemonOptions {
 export interface DaemonDeps {
   readonly manager: SubnetManager;
   readonly backends: BackendRegistry;
+  /** Masquerade and forward rules; the daemon only starts it, tells it the lease and runs it. */
+  readonly rules: RulesManager;
   readonly logger: Logger;
   readonly metrics: DaemonMetrics;
   readonly systemView?: SystemView;
-  /** Runs iptables/nft; tests may inject one. */
-  readonly ruleRunner?: Runner;
 }
 
 /** The daemon cannot go on; the message says why in one line. */
@@ -60,6 +49,11 @@ export class FatalError extends Error {
     super(message);
     this.name = 'FatalError';
   }
+}
+
+/** The rules manager's setup errors stop the daemon; anything else is unexpected and propagates as is. */
+function fatalIfSetup(e: unknown): never {
+  throw e instanceof RulesSetupError ? new FatalError(e.message) : e;
 }
 
 export class Daemon {
@@ -75,7 +69,9 @@ export class Daemon {
   constructor(
     private readonly opts: DaemonOptions,
     private readonly deps: DaemonDeps,
-  ) {}
+  ) {
+    deps.rules.observe((outcome) => this.activity.rulePass(outcome));
+  }
 
   get ready(): boolean {
     return this.readyFlag;
@@ -95,9 +91,9 @@ export class Daemon {
         backendType: this.backendType,
         lease: this.lease,
         peers: this.watcher?.peers ?? [],
-        masquerade: this.masquerading,
-        forwardRules: this.opts.forwardRules,
-        rulesResync: this.opts.rulesResync,
+        masquerade: this.deps.rules.masquerading,
+        forwardRules: this.deps.rules.forwardRules,
+        rulesResync: this.deps.rules.resyncSeconds,
         reconcileInterval: this.opts.reconcileInterval,
         activity: this.activity,
       },
@@ -106,16 +102,11 @@ export class Daemon {
     );
   }
 
-  /** weft masquerades pod traffic itself (either mode): subnet.env tells the CNI plugin to leave the bridge's ipMasq off. */
-  private get masquerading(): boolean {
-    return this.opts.ipMasq || Boolean(this.opts.ipMasqConfig);
-  }
-
   /** Runs until `signal` aborts (resolves) or something fatal happens (rejects with FatalError). */
   async run(signal: AbortSignal): Promise<void> {
-    const { logger: log, metrics, manager } = this.deps;
+    const { logger: log, metrics, manager, rules } = this.deps;
     await this.checkSubnetFileWritable();
-    const agentConfig = await this.loadAgentConfig();
+    await rules.init().catch(fatalIfSetup);
     const config = await this.fetchConfig(signal);
     this.config = config;
     const extIface = await this.selectInterface(config);
@@ -138,12 +129,12 @@ export class Daemon {
         logger: log.child({ backend: config.backend.type }),
       });
     } catch (e) {
-      throw new FatalError((e as Error).message);
+      throw new FatalError(errorMessage(e));
     }
     this.backendType = backend.type;
     // A backend that cannot set up its devices (OVS not running, ...) says why and stops us.
-    const { attrs, mtu, subnetEnv } = await backend.prepare().catch((e: Error) => {
-      throw new FatalError(`backend ${backend.type}: ${e.message}`);
+    const { attrs, mtu, subnetEnv } = await backend.prepare().catch((e: unknown) => {
+      throw new FatalError(`backend ${backend.type}: ${errorMessage(e)}`);
     });
 
     const acquired = await this.retryStore('acquire', signal, () => manager.acquireLease(attrs, signal));
@@ -158,9 +149,7 @@ export class Daemon {
     });
     await backend.start(acquired.lease);
     await this.writeSubnetFile(config, acquired.lease, mtu, subnetEnv);
-    const rules = this.ruleKeeper(config, agentConfig?.config ?? null);
-    rules.setInput(ruleInputs(config, acquired.lease));
-    await this.syncRules(rules, true);
+    await rules.start(config, acquired.lease).catch(fatalIfSetup);
     await this.syncBlackhole(config);
     this.readyFlag = true;
     metrics.ready.set(1);
@@ -185,13 +174,12 @@ export class Daemon {
       });
       // The old subnet may now be someone else's (that is usually why we moved): a peer.
       batcher.push(watcher.apply({ kind: 'events', events: [] }));
-      rules.setInput(ruleInputs(config, lease));
       void backend
         .start(lease)
         .then(() => this.writeSubnetFile(config, lease, mtu, subnetEnv))
-        .then(() => this.syncRules(rules, false))
+        .then(() => rules.leaseChanged(lease))
         .then(() => this.syncBlackhole(config))
-        .catch((e: Error) => log.error('applying the new lease failed', { error: e.message }));
+        .catch((e: unknown) => log.error('applying the new lease failed', { error: errorMessage(e) }));
     };
 
     try {
@@ -200,8 +188,8 @@ export class Daemon {
         this.receiveEvents(watcher, batcher, signal),
         this.applyBatches(backend, watcher, batcher, signal),
         this.reconcileLoop(backend, watcher, signal),
-        this.rulesLoop(rules, config, signal),
-        this.agentConfigLoop(rules, agentConfig, signal),
+        rules.run(signal),
+        this.blackholeLoop(config, signal),
       ]);
     } finally {
       await backend.close();
@@ -233,7 +221,7 @@ export class Daemon {
       } catch (e) {
         // The periodic reconcile converges on the full set; nothing is lost by going on.
         this.activity.backendPass('apply', e as Error);
-        log.error('backend failed to apply a batch; the next reconcile retries', { error: (e as Error).message });
+        log.error('backend failed to apply a batch; the next reconcile retries', { error: errorMessage(e) });
       } finally {
         end();
       }
@@ -255,115 +243,25 @@ export class Daemon {
         this.activity.backendPass('reconcile', null);
       } catch (e) {
         this.activity.backendPass('reconcile', e as Error);
-        log.error('reconcile failed', { error: (e as Error).message });
+        log.error('reconcile failed', { error: errorMessage(e) });
       } finally {
         end();
       }
     }
   }
 
-  private ruleKeeper(config: NetworkConfig, agent: AgentConfig | null): RuleKeeper {
-    const mode = config.enableNFTables ? 'nftables' : 'iptables';
-    return new RuleKeeper({
-      mode,
-      masq: this.opts.ipMasq,
-      agent,
-      forward: this.opts.forwardRules,
-      fullyRandomDisable: this.opts.fullyRandomDisable,
-      logger: this.deps.logger.child({ component: mode }),
-      metrics: this.deps.metrics,
-      ...(this.deps.ruleRunner ? { runner: this.deps.ruleRunner } : {}),
-    });
-  }
-
-  /** One rule pass; a missing iptables/nft program at start is fatal, anything else is retried by the loop. */
-  private async syncRules(rules: RuleKeeper, atStart: boolean): Promise<void> {
-    try {
-      this.activity.rulePass(await rules.reconcile());
-      this.deps.metrics.ruleChecks.inc();
-    } catch (e) {
-      this.activity.rulePass(e as Error);
-      if (atStart && e instanceof CommandError && e.notFound) {
-        throw new FatalError(`masquerade/forward rules: ${e.command} not found; install it, or run without --ip-masq/--ip-masq-config and with --iptables-forward-rules=false`);
-      }
-      this.deps.metrics.recordRuleError();
-      this.deps.logger.error('masquerade/forward rules could not be applied; retrying at the next resync', { error: (e as Error).message });
-    }
-  }
-
-  private async rulesLoop(rules: RuleKeeper, config: NetworkConfig, signal: AbortSignal): Promise<void> {
-    if (this.opts.rulesResync <= 0) return;
+  /** `--ip-blackhole-route`: re-checked as often as the rules (`--iptables-resync`). */
+  private async blackholeLoop(config: NetworkConfig, signal: AbortSignal): Promise<void> {
+    const seconds = this.deps.rules.resyncSeconds;
+    if (!this.opts.blackholeRoute || seconds <= 0) return;
     while (!signal.aborted) {
       try {
-        await delay(this.opts.rulesResync * 1000, signal);
+        await delay(seconds * 1000, signal);
       } catch {
         return;
       }
-      await this.syncRules(rules, false);
       await this.syncBlackhole(config);
     }
-  }
-
-  /**
-   * ip-masq-agent mode: the config at start. A missing file means ip-masq-agent's defaults; an
-   * invalid one is fatal, like an invalid network config (at run time it only keeps the old rules).
-   */
-  private async loadAgentConfig(): Promise<LoadedAgentConfig | null> {
-    const path = this.opts.ipMasqConfig;
-    if (!path) return null;
-    if (this.opts.ipMasq) throw new FatalError('--ip-masq and --ip-masq-config are exclusive');
-    let loaded: LoadedAgentConfig;
-    try {
-      loaded = await loadAgentConfig(path);
-    } catch (e) {
-      throw new FatalError(`invalid ip-masq config: ${(e as Error).message}`);
-    }
-    const log = this.deps.logger.child({ component: 'ip-masq-config' });
-    for (const w of loaded.warnings) log.warn(`ip-masq config: ${w}`, { path });
-    log.info(loaded.text === null ? 'no ip-masq config file; using the ip-masq-agent defaults' : 'loaded the ip-masq config', {
-      path,
-      nonMasqueradeCIDRs: loaded.config.nonMasqueradeCIDRs.map(String),
-      masqLinkLocal: loaded.config.masqLinkLocal,
-      masqLinkLocalIPv6: loaded.config.masqLinkLocalIPv6,
-    });
-    this.deps.metrics.recordConfigLoaded();
-    return loaded;
-  }
-
-  /** ip-masq-agent mode: applies every change of the config file without a restart; a bad one keeps the rules. */
-  private async agentConfigLoop(rules: RuleKeeper, start: LoadedAgentConfig | null, signal: AbortSignal): Promise<void> {
-    const path = this.opts.ipMasqConfig;
-    if (!path || !start) return;
-    const { metrics } = this.deps;
-    const log = this.deps.logger.child({ component: 'ip-masq-config' });
-    let current = start.config;
-    const onChange = async (state: FileState): Promise<void> => {
-      let next: AgentConfig;
-      try {
-        if (state.kind === 'error') throw state.error;
-        const parsed = state.kind === 'missing' ? { config: defaultAgentConfig(), warnings: [] } : parseAgentConfig(state.text, path);
-        for (const w of parsed.warnings) log.warn(`ip-masq config: ${w}`, { path });
-        next = parsed.config;
-      } catch (e) {
-        metrics.recordConfigReload('error');
-        log.error('ip-masq config not applied; the previous rules stay', { path, error: (e as Error).message });
-        return;
-      }
-      const changes = describeAgentChange(current, next);
-      current = next;
-      metrics.recordConfigReload('applied');
-      log.info(state.kind === 'missing' ? 'ip-masq config file removed; using the ip-masq-agent defaults' : 'reloaded the ip-masq config', { path, changes });
-      rules.setAgent(next);
-      await this.syncRules(rules, false);
-    };
-    await watchConfigFile(path, {
-      signal,
-      initial: start.text,
-      onChange,
-      // ip-masq-agent's resyncInterval is how often it re-reads the file; here it is the safety net under the watch.
-      pollIntervalMs: () => Math.max(1000, current.resyncIntervalMs),
-      onWatchError: (dir, e) => log.warn('cannot watch the ip-masq config directory; re-reading it periodically', { dir, error: e.message }),
-    });
   }
 
   private async syncBlackhole(config: NetworkConfig): Promise<void> {
@@ -374,7 +272,7 @@ export class Daemon {
       const { added, removed } = await this.blackholes.sync(subnets);
       if (added.length > 0 || removed.length > 0) this.deps.logger.info('blackhole routes for the own subnet', { added, removed });
     } catch (e) {
-      this.deps.logger.error('blackhole route could not be set; retrying at the next resync', { error: (e as Error).message });
+      this.deps.logger.error('blackhole route could not be set; retrying at the next resync', { error: errorMessage(e) });
     }
   }
 
@@ -385,7 +283,7 @@ export class Daemon {
       await mkdir(dir, { recursive: true, mode: 0o755 });
       await access(dir, constants.W_OK);
     } catch (e) {
-      throw new FatalError(`cannot write subnet file ${this.opts.subnetFile}: ${(e as Error).message}`);
+      throw new FatalError(`cannot write subnet file ${this.opts.subnetFile}: ${errorMessage(e)}`);
     }
   }
 
@@ -394,7 +292,7 @@ export class Daemon {
     try {
       return await selectExternalInterface(opts, this.deps.systemView);
     } catch (e) {
-      throw new FatalError(`choosing the external interface: ${(e as Error).message}`);
+      throw new FatalError(`choosing the external interface: ${errorMessage(e)}`);
     }
   }
 
@@ -410,7 +308,7 @@ export class Daemon {
         if (e instanceof ConfigError) throw new FatalError(`invalid network config: ${e.message}`);
         if (!(e instanceof ConfigNotFoundError)) this.deps.metrics.storeErrors.inc({ op: 'config' });
         // Each distinct reason once per interval: a new reason is news.
-        say(`config ${reasonKey(e)}`, 'warn', 'waiting for the network config', { error: (e as Error).message });
+        say(`config ${reasonKey(e)}`, 'warn', 'waiting for the network config', { error: errorMessage(e) });
         await delay(1000, signal);
       }
     }
@@ -425,9 +323,9 @@ export class Daemon {
         return await fn();
       } catch (e) {
         if (e instanceof AbortedError || signal.aborted) throw new AbortedError();
-        if (!(e instanceof StoreUnavailableError)) throw new FatalError(`acquiring a lease: ${(e as Error).message}`);
+        if (!(e instanceof StoreUnavailableError)) throw new FatalError(`acquiring a lease: ${errorMessage(e)}`);
         this.deps.metrics.storeErrors.inc({ op });
-        say(`${op} ${reasonKey(e)}`, 'warn', 'lease store unavailable; retrying', { error: (e as Error).message });
+        say(`${op} ${reasonKey(e)}`, 'warn', 'lease store unavailable; retrying', { error: errorMessage(e) });
         await backoff.wait(signal);
       }
     }
@@ -437,35 +335,26 @@ export class Daemon {
     config: NetworkConfig,
     lease: Lease,
     mtu: number,
-    extra: Prepared['subnetEnv'],
+    backendLines: Prepared['subnetEnv'],
   ): Promise<void> {
     try {
       await writeSubnetEnv(this.opts.subnetFile, {
-        network: config.enableIPv4 ? config.network : null,
+        networks: config.enableIPv4 && config.network ? [config.network] : [],
         subnet: config.enableIPv4 ? lease.subnet : null,
-        ipv6Network: config.enableIPv6 ? config.ipv6Network : null,
+        ipv6Networks: config.enableIPv6 && config.ipv6Network ? [config.ipv6Network] : [],
         ipv6Subnet: config.enableIPv6 ? lease.ipv6Subnet : null,
         mtu,
-        ipMasq: this.masquerading,
-        // Which of weft's masquerade modes made FLANNEL_IPMASQ true (weft trace reads it).
-        extra: [...(extra ?? []), ...(this.opts.ipMasqConfig ? [['WEFT_IPMASQ', 'agent'] as const] : [])],
+        ipMasq: this.deps.rules.masquerading,
+        weft: { ...NO_WEFT_LINES, ...backendLines, ipMasqMode: this.deps.rules.subnetEnvMode },
       });
     } catch (e) {
-      throw new FatalError((e as Error).message);
+      throw new FatalError(errorMessage(e));
     }
   }
 
   private setExpiry(lease: Lease): void {
     this.deps.metrics.leaseExpiry.set(lease.expiration ? lease.expiration.getTime() / 1000 : 0);
   }
-}
-
-/** The rule model's inputs: per enabled family, the cluster network and our subnet. */
-function ruleInputs(config: NetworkConfig, lease: Lease): FamilyInput[] {
-  const out: FamilyInput[] = [];
-  if (config.enableIPv4 && config.network && lease.subnet) out.push({ network: config.network, subnet: lease.subnet });
-  if (config.enableIPv6 && config.ipv6Network && lease.ipv6Subnet) out.push({ network: config.ipv6Network, subnet: lease.ipv6Subnet });
-  return out;
 }
 
 /** An error's message without numbers (ports, timestamps), to rate-limit logs per kind of failure. */

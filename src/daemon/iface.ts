@@ -2,23 +2,10 @@
 // --iface / --iface-regex / --iface-can-reach in its main.go. The system is seen through a
 // small SystemView so the selection logic is pure and testable with a fake; the real view
 // runs `ip -j` (optionally inside a network namespace).
-import { execFile } from 'node:child_process';
-
+import type { ExternalInterface } from '../backend/backend.js';
+import { errorMessage } from '../util/errors.js';
+import { CommandError, runCommand } from '../util/exec.js';
 import { IPAddr, IPNet, type Family } from '../util/ip.js';
-
-export interface ExternalInterface {
-  name: string;
-  index: number;
-  mtu: number;
-  /** The interface's IPv4 address used (null when IPv4 is disabled). */
-  ifaceAddr: IPAddr | null;
-  /** Its global IPv6 address (null when IPv6 is disabled). */
-  ifaceV6Addr: IPAddr | null;
-  /** Public IPv4: --public-ip or ifaceAddr. */
-  extAddr: IPAddr | null;
-  /** Public IPv6: --public-ipv6 or ifaceV6Addr. */
-  extV6Addr: IPAddr | null;
-}
 
 export interface IfaceOptions {
   iface: string[];
@@ -68,19 +55,6 @@ export class InterfaceSelectionError extends Error {
   }
 }
 
-export class IpCommandError extends Error {
-  constructor(
-    readonly args: readonly string[],
-    readonly exitCode: number | string | null,
-    readonly stderr: string,
-    detail?: string,
-  ) {
-    const why = detail ?? (stderr.trim().replace(/\s*\n\s*/g, ' ') || `exit code ${String(exitCode)}`);
-    super(`ip ${args.join(' ')} failed: ${why}`);
-    this.name = 'IpCommandError';
-  }
-}
-
 /**
  * The kernel's dev_valid_name: 1..15 bytes, not "." or "..", no "/", ":" or whitespace.
  * Returns the reason a name is invalid, or null.
@@ -109,9 +83,9 @@ function parseJsonArray(args: readonly string[], stdout: string): Record<string,
   try {
     parsed = JSON.parse(stdout);
   } catch (e) {
-    throw new IpCommandError(args, 0, '', `unparseable JSON output: ${(e as Error).message}`);
+    throw new CommandError('ip', args, 0, '', `unparseable JSON output: ${errorMessage(e)}`);
   }
-  if (!Array.isArray(parsed)) throw new IpCommandError(args, 0, '', 'JSON output is not an array');
+  if (!Array.isArray(parsed)) throw new CommandError('ip', args, 0, '', 'JSON output is not an array');
   return parsed.filter(isRecord);
 }
 
@@ -157,18 +131,7 @@ export function ipCommandView(netns?: string): SystemView {
   }
   const prefix = netns !== undefined ? ['-n', netns, '-j'] : ['-j'];
 
-  const run = (args: string[]): Promise<string> =>
-    new Promise((resolve, reject) => {
-      const full = [...prefix, ...args];
-      execFile('ip', full, { maxBuffer: 64 * 1024 * 1024, encoding: 'utf8' }, (err, stdout, stderr) => {
-        if (err) {
-          const code = (err as NodeJS.ErrnoException & { code?: number | string }).code ?? null;
-          reject(new IpCommandError(full, code, stderr, stderr.trim() === '' ? err.message : undefined));
-          return;
-        }
-        resolve(stdout);
-      });
-    });
+  const run = (args: string[]): Promise<string> => runCommand('ip', [...prefix, ...args]);
 
   return {
     async links() {
@@ -191,7 +154,7 @@ export function ipCommandView(netns?: string): SystemView {
         stdout = await run(args);
       } catch (e) {
         // "RTNETLINK answers: Network is unreachable" and friends: no route, not a failure.
-        if (e instanceof IpCommandError && /RTNETLINK answers/.test(e.stderr)) return null;
+        if (e instanceof CommandError && /RTNETLINK answers/.test(e.stderr)) return null;
         throw e;
       }
       for (const r of parseJsonArray([...prefix, ...args], stdout)) {

@@ -4,8 +4,9 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 
 import type { BackendMetrics } from '../backend/backend.js';
 import type { Repairs } from '../backend/kernel/diff.js';
-import type { AgentConfigMetrics, ConfigReloadResult } from '../ipmasq/agent-config.js';
-import type { IpMasqMetrics, RulesMode } from '../ipmasq/keeper.js';
+import type { ConfigReloadResult } from '../ipmasq/agent-config.js';
+import type { RulesMode } from '../ipmasq/keeper.js';
+import type { RulesMetrics } from '../ipmasq/manager.js';
 import type { LeaseEventType } from '../subnet/lease.js';
 import type { AcquireHow as AnyAcquireHow } from '../subnet/manager.js';
 
@@ -23,7 +24,7 @@ const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 
 export type RepairKind = 'added' | 'changed' | 'removed' | 'device';
 
-export class DaemonMetrics implements BackendMetrics, IpMasqMetrics, AgentConfigMetrics {
+export class DaemonMetrics implements BackendMetrics, RulesMetrics {
   readonly registry: Registry;
   /** Unix seconds at which our lease expires; 0 for a reservation (no expiry). */
   readonly leaseExpiry: Gauge;
@@ -184,6 +185,10 @@ export class DaemonMetrics implements BackendMetrics, IpMasqMetrics, AgentConfig
 
   recordRuleRepair(mode: RulesMode): void {
     this.ruleRepairs.inc({ mode });
+  }
+
+  recordRuleCheck(): void {
+    this.ruleChecks.inc();
   }
 
   recordRuleError(): void {

@@ -3,7 +3,7 @@
 // kubernetes-sigs/ip-masq-agent's; the chain is weft's own (WEFT-IP-MASQ), so weft can remove it
 // when the mode is off without ever touching a real ip-masq-agent's IP-MASQ-AGENT chain.
 import { IPNet, type Family } from '../util/ip.js';
-import type { Match, Rule } from './model.js';
+import type { Match, Rule } from './rule.js';
 
 export const AGENT_CHAIN = 'WEFT-IP-MASQ';
 /** The chain a real ip-masq-agent writes; weft only warns when it sees one. */

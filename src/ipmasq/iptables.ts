@@ -3,7 +3,8 @@
 // its `-A` lines equal ours, in order, once each, and the built-in chain jumps to it exactly once.
 import type { Family } from '../util/ip.js';
 import { diffOrdered } from './compare.js';
-import { CHAIN_NAMES, KUBE_PROXY_MARK, type ChainKind, type ChainSpec, type Match, type Rule } from './model.js';
+import { CHAIN_NAMES, type ChainKind, type ChainSpec } from './model.js';
+import { KUBE_PROXY_MARK, type Match, type Rule } from './rule.js';
 
 export type XtTable = 'nat' | 'filter';
 

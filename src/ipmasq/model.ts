@@ -2,27 +2,12 @@
 // renderings come from this one description, so the two modes can never drift apart.
 import { IPNet, MULTICAST, type Family } from '../util/ip.js';
 import { AGENT_CHAIN, AGENT_COMMENTS, AGENT_NFT_CHAIN, agentRules, type AgentMasq } from './agent-rules.js';
-
-/** kube-proxy marks packets it wants masqueraded with this bit; flannel leaves them alone. */
-export const KUBE_PROXY_MARK = 0x4000;
+import type { Match, Rule } from './rule.js';
 
 export const MASQ_COMMENT = 'flanneld masq';
 export const FORWARD_COMMENT = 'flanneld forward';
 
-export type Verdict = 'RETURN' | 'MASQUERADE' | 'ACCEPT';
-
-export type Match =
-  | { readonly kind: 'mark' }
-  | { readonly kind: 'src' | 'dst'; readonly net: IPNet; readonly negate: boolean };
-
-export interface Rule {
-  readonly matches: readonly Match[];
-  readonly verdict: Verdict;
-  /** MASQUERADE only: `--random-fully` / `fully-random`. */
-  readonly fullyRandom: boolean;
-  /** iptables comment of this rule; the chain's comment when absent (nftables rules carry none). */
-  readonly comment?: string;
-}
+export { KUBE_PROXY_MARK, type Match, type Rule, type Verdict } from './rule.js';
 
 /** `masq`: flannel's --ip-masq chain; `agent`: ip-masq-agent mode (--ip-masq-config); `forward`: FORWARD accepts. */
 export type ChainKind = 'masq' | 'forward' | 'agent';

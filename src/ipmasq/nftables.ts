@@ -3,7 +3,8 @@
 // way is replaced whole in one atomic `nft -f` transaction.
 import type { Family } from '../util/ip.js';
 import { diffOrdered } from './compare.js';
-import { CHAIN_NAMES, KUBE_PROXY_MARK, type ChainKind, type ChainSpec, type Match, type Rule } from './model.js';
+import { CHAIN_NAMES, type ChainKind, type ChainSpec } from './model.js';
+import { KUBE_PROXY_MARK, type Match, type Rule } from './rule.js';
 
 export const nftTable = (family: Family): { family: 'ip' | 'ip6'; name: string } =>
   family === 4 ? { family: 'ip', name: 'flannel-ipv4' } : { family: 'ip6', name: 'flannel-ipv6' };

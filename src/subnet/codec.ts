@@ -1,5 +1,6 @@
 // Byte-compatible codecs for flannel's etcd keys (`10.5.52.0-24&fd00:5::-64`) and lease values
 // (`{"PublicIP":…,"PublicIPv6":…,"BackendType":…,"BackendData":…,"BackendV6Data":…}`).
+import { errorMessage } from '../util/errors.js';
 import { IPAddr, IPNet } from '../util/ip.js';
 import type { JsonValue, LeaseAttrs } from './lease.js';
 
@@ -44,7 +45,7 @@ function parseKeyNet(key: string, addr: string, len: string, family: 4 | 6): IPN
   try {
     ip = IPAddr.parseFamily(addr, family);
   } catch (e) {
-    throw new LeaseKeyError(key, (e as Error).message);
+    throw new LeaseKeyError(key, errorMessage(e));
   }
   const prefix = Number(len);
   if (prefix > ip.bits) throw new LeaseKeyError(key, `prefix length ${len} out of range`);
@@ -75,7 +76,7 @@ export function decodeLeaseAttrs(text: string): LeaseAttrs {
   try {
     parsed = JSON.parse(text);
   } catch (e) {
-    throw new LeaseValueError(text, `not valid JSON (${(e as Error).message})`);
+    throw new LeaseValueError(text, `not valid JSON (${errorMessage(e)})`);
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
     throw new LeaseValueError(text, 'not a JSON object');

@@ -1,6 +1,7 @@
 // flannel's network config (etcd `<prefix>/config` or kube's net-conf.json): parsing with Go
 // encoding/json key semantics, and flannel's CheckNetworkConfig defaults and range checks.
 // Pure: text in, value or ConfigError out.
+import { errorMessage } from '../util/errors.js';
 import { IPAddr, IPNet, InvalidAddressError, InvalidPrefixError, type Family } from '../util/ip.js';
 import type { JsonValue } from './lease.js';
 
@@ -119,7 +120,7 @@ export function parseNetworkConfig(text: string, opts: ParseOptions): NetworkCon
   try {
     doc = JSON.parse(text) as JsonValue;
   } catch (e) {
-    throw new ConfigError(null, `network config is not valid JSON: ${(e as Error).message}`);
+    throw new ConfigError(null, `network config is not valid JSON: ${errorMessage(e)}`);
   }
   if (!isObject(doc)) throw new ConfigError(null, 'network config must be a JSON object');
 

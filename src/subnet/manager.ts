@@ -1,9 +1,14 @@
-// The contract between the daemon loop and a lease store (etcd today, Kubernetes Nodes later).
+// The contract between the daemon loop and a lease store, and the stores' errors. Two
+// implementations: EtcdSubnetManager (etcd/manager.ts: flannel's keys under --etcd-prefix, each
+// lease bound to an etcd lease with a TTL unless it is a reservation) and KubeSubnetManager (kube/manager.ts, --kube-subnet-mgr:
+// the subnet is the Node's spec.podCIDR(s), peers are the Nodes carrying flannel's annotations, and
+// nothing expires).
 import type { NetworkConfig } from './config.js';
 import type { IPAddr } from '../util/ip.js';
 import type { Lease, LeaseAttrs } from './lease.js';
 import type { WatchResult } from './watcher.js';
 
+/** The network config is not there yet (etcd key, or net-conf.json file); the daemon waits for it. */
 export class ConfigNotFoundError extends Error {
   constructor(message: string) {
     super(message);
@@ -22,6 +27,7 @@ export class StoreUnavailableError extends Error {
   }
 }
 
+/** etcd: every candidate subnet of the range is taken (in kube mode the controller manager allocates). */
 export class OutOfSubnetsError extends Error {
   constructor(readonly family: 4 | 6) {
     super(`out of subnets: no free IPv${family} subnet left in [SubnetMin, SubnetMax]`);
@@ -39,6 +45,7 @@ export interface AcquiredLease {
   readonly retries: number;
 }
 
+/** The subnets named in the previous subnet.env (etcd: tried before a random one). */
 export interface PreviousLease {
   readonly subnet: Lease['subnet'];
   readonly ipv6Subnet: Lease['ipv6Subnet'];
@@ -48,9 +55,12 @@ export interface SubnetManager {
   readonly name: string;
   getNetworkConfig(signal?: AbortSignal): Promise<NetworkConfig>;
   acquireLease(attrs: LeaseAttrs, signal?: AbortSignal): Promise<AcquiredLease>;
-  /** Our lease as stored now, found by public IP, without taking it (null when none). */
+  /**
+   * Our lease as stored now, without taking it (null when none): etcd finds it by public IP,
+   * Kubernetes reads our own Node.
+   */
   findOwnLease(publicIP: IPAddr): Promise<Lease | null>;
-  /** Extends the lease; throws LeaseLostError when the store no longer holds it. */
+  /** Extends the lease (a no-op where nothing expires); throws LeaseLostError when the store no longer holds it. */
   renewLease(lease: Lease, signal?: AbortSignal): Promise<Lease>;
   /**
    * Keeps our lease for as long as `signal` is not aborted: renews it before it expires and

@@ -16,6 +16,5 @@ export function errorMessage(e: unknown): string {
 /** The `code` of a Node.js system error (ENOENT, EACCES, …), or null. */
 export function errnoCode(e: unknown): string | null {
   if (typeof e !== 'object' || e === null || !('code' in e)) return null;
-  const code = (e as { code: unknown }).code;
-  return typeof code === 'string' ? code : null;
+  return typeof e.code === 'string' ? e.code : null;
 }

@@ -24,6 +24,8 @@ export class CommandError extends Error {
     why: string,
     /** What the program printed before failing (some report results through a non-zero exit). */
     readonly stdout?: string,
+    /** The signal that ended it, when one did. */
+    readonly signal: NodeJS.Signals | null = null,
   ) {
     const detail = stderr.trim() || (exitCode !== null ? (stdout ?? '').trim() : '');
     super(`${command} ${args.join(' ')}: ${why}${detail ? `: ${detail}` : ''}`);
@@ -45,7 +47,7 @@ export interface ExecOptions {
   readonly input?: string;
   /** File descriptors the child inherits as fd 3, 4, … */
   readonly extraFds?: readonly number[];
-  /** Default 30 s; the child is killed (SIGTERM) after it. */
+  /** Default 30 s; the child is killed (SIGTERM) after it. 0: no deadline. */
   readonly timeoutMs?: number;
   /** The child's environment (default: ours); LC_ALL=C is always set, the messages we match on are the untranslated ones. */
   readonly env?: NodeJS.ProcessEnv;
@@ -55,26 +57,30 @@ export interface ExecOptions {
 export interface StartedProgram {
   /** Writes `input` to the program's stdin and closes it; only the first call writes. */
   feed(input: string): void;
-  /** Settles when the program has exited (rejects with a CommandError, exitCode null, when it could not run). */
+  /** Settles when the program has exited (rejects with a CommandError, exitCode null, when it could not run or was killed). */
   readonly result: Promise<ExecResult>;
+  /** The child's process id; undefined when it could not be started. */
+  readonly pid: number | undefined;
 }
 
 function spawnProgram(command: string, args: readonly string[], stdin: 'ignore' | 'pipe', opts: Omit<ExecOptions, 'input'>): StartedProgram {
   let fed = false;
   let feedStdin: (input: string) => void = () => {};
+  let pid: number | undefined;
   const result = new Promise<ExecResult>((resolve, reject) => {
     const child = spawn(command, [...args], {
       stdio: [stdin, 'pipe', 'pipe', ...(opts.extraFds ?? [])],
       timeout: opts.timeoutMs ?? 30_000,
       env: { ...(opts.env ?? process.env), LC_ALL: 'C' },
     });
+    pid = child.pid;
     let stdout = '';
     let stderr = '';
     child.stdout?.setEncoding('utf8').on('data', (d: string) => (stdout += d));
     child.stderr?.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     child.on('error', (e) => reject(new CommandError(command, args, null, stderr, e.message)));
     child.on('close', (code, signal) => {
-      if (code === null) reject(new CommandError(command, args, null, stderr, `killed by ${signal ?? 'a signal'}`, stdout));
+      if (code === null) reject(new CommandError(command, args, null, stderr, `killed by ${signal ?? 'a signal'}`, stdout, signal));
       else resolve({ code, stdout, stderr });
     });
     if (child.stdin) {
@@ -93,6 +99,7 @@ function spawnProgram(command: string, args: readonly string[], stdin: 'ignore' 
       feedStdin(input);
     },
     result,
+    pid,
   };
 }
 

@@ -3,8 +3,10 @@
 // binding: we open the file ourselves and let flock(1) take the lock on an inherited copy of our
 // descriptor. flock locks belong to the open file description, which the child shares with us, so
 // the lock stays held after flock(1) exits and is released when we close our descriptor.
-import { spawn } from 'node:child_process';
 import { closeSync, constants, existsSync, openSync } from 'node:fs';
+
+import { errorMessage } from './errors.js';
+import { execProgram, type ExecResult } from './exec.js';
 
 export class FileLockError extends Error {
   constructor(
@@ -34,25 +36,21 @@ function flockPath(): string {
 // The descriptor number the child sees: stdio index 3.
 const CHILD_FD = 3;
 
-function takeLock(path: string, fd: number, timeoutSeconds: number | undefined): Promise<void> {
+async function takeLock(path: string, fd: number, timeoutSeconds: number | undefined): Promise<void> {
   const args = ['-x'];
   if (timeoutSeconds !== undefined) args.push('-w', String(timeoutSeconds));
   args.push(String(CHILD_FD));
-  return new Promise((resolve, reject) => {
-    const child = spawn(flockPath(), args, { stdio: ['ignore', 'ignore', 'pipe', fd] });
-    let stderr = '';
-    child.stderr?.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.on('error', (e) => reject(new FileLockError(path, `cannot run flock: ${e.message}`)));
-    child.on('close', (code, signal) => {
-      if (code === 0) resolve();
-      else if (code === 1 && timeoutSeconds !== undefined) {
-        reject(new FileLockError(path, `still held by another process after ${timeoutSeconds}s`));
-      } else {
-        const why = signal ? `flock killed by ${signal}` : `flock exit status ${code}`;
-        reject(new FileLockError(path, stderr.trim() ? `${why}: ${stderr.trim()}` : why));
-      }
-    });
-  });
+  let r: ExecResult;
+  try {
+    // No deadline of the runner's own: flock -w is the deadline, and without it we wait as the reference does.
+    r = await execProgram(flockPath(), args, { extraFds: [fd], timeoutMs: 0 });
+  } catch (e) {
+    throw new FileLockError(path, `cannot run flock: ${errorMessage(e)}`);
+  }
+  if (r.code === 0) return;
+  if (r.code === 1 && timeoutSeconds !== undefined) throw new FileLockError(path, `still held by another process after ${timeoutSeconds}s`);
+  const why = `flock exit status ${r.code}`;
+  throw new FileLockError(path, r.stderr.trim() ? `${why}: ${r.stderr.trim()}` : why);
 }
 
 /**
@@ -67,7 +65,7 @@ export async function withFileLock<T>(path: string, fn: () => Promise<T>, opts: 
     // lock file another user created with mode 0750. (Sync: node:fs/promises costs ~1.5 ms to load.)
     fd = openSync(path, constants.O_RDONLY | constants.O_CREAT, opts.mode ?? 0o750);
   } catch (e) {
-    throw new FileLockError(path, (e as Error).message);
+    throw new FileLockError(path, errorMessage(e));
   }
   try {
     await takeLock(path, fd, opts.timeoutSeconds);

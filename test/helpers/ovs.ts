@@ -1,7 +1,7 @@
 // A private Open vSwitch per test node: ovsdb-server and ovs-vswitchd run inside the node's
 // namespace with their own run/db/log dirs under `dir`, userspace (netdev) datapath, stopped by
 // PID. Clients (ovs-vsctl/-ofctl/-appctl) reach them through socket paths, not `ip netns exec`.
-// See shared/research/ovs.md A.1 and B.5.
+// vswitchd needs about a second to exit, so stopping polls the PIDs instead of waiting on a fixed time.
 import { execFile, spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';

@@ -19,8 +19,9 @@ const NETWORK = 'wtflannel';
 const SUBNET_ENV = 'FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.17.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n';
 
 /**
- * flannel's real main.ts also bundles weft's bridge and host-local; while those do not build, the
- * reference-chain tests still run against a flannel-only bundle made from a throwaway entry.
+ * flannel's real entry point (cni-plugins/cmd/flannel.ts) also bundles weft's bridge and
+ * host-local; while those do not build, the reference-chain tests still run against a flannel-only
+ * bundle made from a throwaway entry.
  */
 async function flannelOnlyBundle(dir: string): Promise<string> {
   const entry = join(dir, 'flannel-entry.ts');

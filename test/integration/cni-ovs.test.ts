@@ -139,9 +139,9 @@ describe('weft-ovs CNI plugin (integration, private Open vSwitch, netdev datapat
     // after their directory, which would make this one `ovs`).
     binDir = join(tmp, 'bin');
     const bundles = buildCniBundles(binDir, [
-      { name: 'weft-ovs', entry: join(ROOT, 'cni-plugins/ovs/main.ts') },
-      { name: 'host-local', entry: join(ROOT, 'cni-plugins/host-local/main.ts') },
-      { name: 'flannel', entry: join(ROOT, 'cni-plugins/flannel/main.ts') },
+      { name: 'weft-ovs', entry: join(ROOT, 'cni-plugins/cmd/weft-ovs.ts') },
+      { name: 'host-local', entry: join(ROOT, 'cni-plugins/cmd/host-local.ts') },
+      { name: 'flannel', entry: join(ROOT, 'cni-plugins/cmd/flannel.ts') },
     ]);
     node = await netns('n');
     ovs = await OvsInstance.start(node, join(tmp, 'ovs'));

@@ -207,8 +207,8 @@ describe('sriov plugin (bundles, fake sysfs, veth stand-ins)', function () {
     tmp = mkdtempSync(join(tmpdir(), 'wt-sriov-'));
     binDir = join(tmp, 'bin');
     await buildCniBundles(binDir, [
-      { name: 'sriov', entry: join(ROOT, 'cni-plugins/sriov/main.ts') },
-      { name: 'host-local', entry: join(ROOT, 'cni-plugins/host-local/main.ts') },
+      { name: 'sriov', entry: join(ROOT, 'cni-plugins/cmd/sriov.ts') },
+      { name: 'host-local', entry: join(ROOT, 'cni-plugins/cmd/host-local.ts') },
       { name: 'weft-test-sriov', entry: join(ROOT, 'test/fixtures/sriov/weft-test-sriov/main.ts') },
     ]);
   });

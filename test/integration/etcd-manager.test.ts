@@ -43,7 +43,7 @@ describe('etcd subnet manager (real etcd)', function () {
   });
 
   function manager(opts: Partial<EtcdManagerOptions> = {}, endpoint = etcd.endpoint): EtcdSubnetManager {
-    const m = new EtcdSubnetManager({
+    const m = EtcdSubnetManager.connect({
       endpoints: [endpoint],
       prefix,
       knownBackends: ['alloc', 'vxlan'],

@@ -74,7 +74,7 @@ async function assertDaemonLease(client: Etcd3, prefix: string, publicIP: string
 function managerFactory(endpoint: () => string, prefix: string) {
   const made: EtcdSubnetManager[] = [];
   const make = (opts: Partial<EtcdManagerOptions>): EtcdSubnetManager => {
-    const m = new EtcdSubnetManager({
+    const m = EtcdSubnetManager.connect({
       endpoints: [endpoint()],
       prefix,
       knownBackends: ['alloc'],

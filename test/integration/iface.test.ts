@@ -6,11 +6,11 @@ import {
   InterfaceSelectionError,
   ipCommandView,
   selectExternalInterface,
-  type ExternalInterface,
   type IfaceOptions,
   type LinkInfo,
   type SystemView,
 } from '../../src/daemon/iface.js';
+import type { ExternalInterface } from '../../src/backend/backend.js';
 import { IPAddr } from '../../src/util/ip.js';
 
 const run = promisify(execFile);

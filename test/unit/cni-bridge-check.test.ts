@@ -2,7 +2,8 @@
 // parsing it relies on.
 import assert from 'node:assert/strict';
 import { checkAttachment, type CheckState } from '../../cni-plugins/bridge/check.js';
-import { linksOf, parseBatchStderr, parseLink, parseRoute, routesOf, splitJsonDocs, type IpLink } from '../../cni-plugins/bridge/iproute.js';
+import { parseBatchStderr, splitJsonDocs } from '../../cni-plugins/lib/ipbatch.js';
+import { linksOf, parseLink, parseRoute, routesOf, type IpLink } from '../../cni-plugins/lib/ipjson.js';
 import { CniError, type CniResult } from '../../cni-plugins/skel/types.js';
 
 function link(over: Partial<IpLink> & Pick<IpLink, 'ifname' | 'ifindex'>): IpLink {

@@ -1,21 +1,19 @@
 // bridge ADD planning: gateways and default routes (calcGateways), the bridge address rules
 // (ensureAddr), and the exact ip / bridge / sysctl lines for the host and the pod.
 import assert from 'node:assert/strict';
-import type { IpAddrInfo } from '../../cni-plugins/bridge/iproute.js';
+import type { IpAddrInfo } from '../../cni-plugins/lib/ipjson.js';
 import {
   calcGateways,
   GatewayConflictError,
   hostBatch,
   planGatewayAddrs,
-  podAddressLines,
-  podIPv6Sysctls,
-  podRouteLines,
   podSysctlSettings,
   portVlanLines,
   randomVethName,
   vlanGatewayLines,
   vlanRanges,
 } from '../../cni-plugins/bridge/plan.js';
+import { podAddressLines, podIPv6Sysctls, podRouteLines } from '../../cni-plugins/lib/lines.js';
 import { IPAddr } from '../../src/util/ip.js';
 
 function addr(local: string, prefixlen: number): IpAddrInfo {

@@ -11,7 +11,9 @@ import {
   parseFlannelNetConf,
   renderDelegateConfig,
 } from '../../cni-plugins/flannel/delegate-config.js';
-import { parseFlannelSubnetEnv, type FlannelSubnetEnv } from '../../cni-plugins/flannel/subnetenv.js';
+import { parseSubnetEnv, requireSubnetEnv, type SubnetEnv } from '../../src/subnetenv/format.js';
+
+const parseFlannelSubnetEnv = (text: string, file: string): SubnetEnv => requireSubnetEnv(parseSubnetEnv(text), file);
 
 const V4_ENV = parseFlannelSubnetEnv(
   'FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.17.1/24\nFLANNEL_MTU=1472\nFLANNEL_IPMASQ=true\n',
@@ -27,7 +29,7 @@ const DUAL_ENV = parseFlannelSubnetEnv(
   'subnet.env',
 );
 
-function render(conf: Record<string, unknown>, env: FlannelSubnetEnv): string {
+function render(conf: Record<string, unknown>, env: SubnetEnv): string {
   return renderDelegateConfig(buildDelegateConfig(parseFlannelNetConf(conf), env));
 }
 

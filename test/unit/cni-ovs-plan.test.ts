@@ -2,7 +2,7 @@
 // host and pod `ip` batches, the ADD result, and CHECK's verdicts.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import type { IpLink } from '../../cni-plugins/bridge/iproute.js';
+import type { IpLink } from '../../cni-plugins/lib/ipjson.js';
 import {
   buildResult,
   checkOvsAttachment,

@@ -6,7 +6,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { appliedFrom, decodeState, encodeState, type SriovState } from '../../cni-plugins/sriov/state.js';
-import { changesToApply, changesToNeutral, changesToReset, fallbackHostName, mismatch } from '../../cni-plugins/sriov/plugin.js';
+import { fallbackHostName } from '../../cni-plugins/sriov/link.js';
+import { changesToApply, changesToNeutral, changesToReset, mismatch } from '../../cni-plugins/sriov/pf-settings.js';
 import {
   discoverRepresentor,
   findUplink,

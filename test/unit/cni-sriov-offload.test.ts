@@ -10,17 +10,11 @@ import { join } from 'node:path';
 import { Category, cookieOf } from '../../src/backend/ovs/pipeline.js';
 import { OvsClient, OvsError, OvsUnreachableError } from '../../src/ovs/cli.js';
 import { loadSriovConf } from '../../cni-plugins/sriov/config.js';
-import {
-  createOvsOffload,
-  decodeOffloadState,
-  hostIfaceName,
-  offloadSettings,
-  OffloadAttachError,
-  podAddress,
-  type OffloadLinks,
-  type RepresentorLink,
-} from '../../cni-plugins/sriov/offload.js';
-import type { OffloadAttachContext } from '../../cni-plugins/sriov/plugin.js';
+import { createOvsOffload, OffloadAttachError } from '../../cni-plugins/sriov/offload.js';
+import type { OffloadLinks, RepresentorLink } from '../../cni-plugins/sriov/offload-links.js';
+import { hostIfaceName, offloadSettings, podAddress } from '../../cni-plugins/sriov/offload-names.js';
+import { decodeOffloadState } from '../../cni-plugins/sriov/offload-state.js';
+import type { OffloadAttachContext } from '../../cni-plugins/sriov/deps.js';
 import { CniError, type CniRequest, type CniResult, type NetConf } from '../../cni-plugins/skel/types.js';
 import { buildFakeSysfs } from '../helpers/fake-sysfs.js';
 

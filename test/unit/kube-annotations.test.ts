@@ -10,7 +10,7 @@ import {
   storedPublicIPs,
   storedVtepMacs,
 } from '../../src/subnet/kube/annotations.js';
-import type { KubeNode } from '../../src/subnet/kube/node.js';
+import type { KubeNode } from '../../src/subnet/kube/objects.js';
 import type { LeaseAttrs } from '../../src/subnet/lease.js';
 import { IPAddr } from '../../src/util/ip.js';
 

@@ -11,9 +11,9 @@ import {
   ownPodCIDRs,
   PodCIDRError,
   STRATEGIC_MERGE_PATCH,
-  type KubeNode,
   type NodeLeaseResult,
 } from '../../src/subnet/kube/node.js';
+import type { KubeNode } from '../../src/subnet/kube/objects.js';
 import type { Lease, LeaseAttrs } from '../../src/subnet/lease.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';
 

@@ -3,27 +3,22 @@ import { link, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import {
-  parseSubnetEnv,
-  readPreviousSubnets,
-  renderSubnetEnv,
-  SubnetFileError,
-  writeSubnetEnv,
-  type PreviousSubnets,
-  type SubnetEnv,
-} from '../../src/daemon/subnetenv.js';
+import { NO_WEFT_LINES, parseSubnetEnv as parseLines, previousSubnets, renderSubnetEnv, type PreviousSubnets, type SubnetEnv } from '../../src/subnetenv/format.js';
+import { readPreviousSubnets, SubnetFileError } from '../../src/subnetenv/read.js';
+import { writeSubnetEnv } from '../../src/subnetenv/write.js';
 import { IPNet } from '../../src/util/ip.js';
 
 const net = (s: string): IPNet => IPNet.parse(s);
 
 // flannel's documented dual-stack example (Documentation/configuration.md).
 const DUAL: SubnetEnv = {
-  network: net('10.42.0.0/16'),
+  networks: [net('10.42.0.0/16')],
   subnet: net('10.42.0.0/24'),
-  ipv6Network: net('2001:cafe:42::/56'),
+  ipv6Networks: [net('2001:cafe:42::/56')],
   ipv6Subnet: net('2001:cafe:42::/64'),
   mtu: 1450,
   ipMasq: true,
+  weft: NO_WEFT_LINES,
 };
 const DUAL_TEXT =
   'FLANNEL_NETWORK=10.42.0.0/16\n' +
@@ -33,7 +28,10 @@ const DUAL_TEXT =
   'FLANNEL_MTU=1450\n' +
   'FLANNEL_IPMASQ=true\n';
 
-const V4: SubnetEnv = { ...DUAL, ipv6Network: null, ipv6Subnet: null, mtu: 1472, ipMasq: false };
+const V4: SubnetEnv = { ...DUAL, ipv6Networks: [], ipv6Subnet: null, mtu: 1472, ipMasq: false };
+
+/** weftd's reading of its previous subnets. */
+const parseSubnetEnv = (text: string): PreviousSubnets => previousSubnets(parseLines(text));
 
 /** Comparable form of PreviousSubnets. */
 function show(p: PreviousSubnets): Record<string, string | null> {
@@ -54,14 +52,14 @@ describe('subnetenv: render', () => {
 
   it('renders IPv4 only', () => {
     assert.equal(
-      renderSubnetEnv({ ...V4, network: net('10.1.0.0/16'), subnet: net('10.1.74.0/24') }),
+      renderSubnetEnv({ ...V4, networks: [net('10.1.0.0/16')], subnet: net('10.1.74.0/24') }),
       'FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.74.1/24\nFLANNEL_MTU=1472\nFLANNEL_IPMASQ=false\n',
     );
   });
 
   it('renders IPv6 only', () => {
     assert.equal(
-      renderSubnetEnv({ ...DUAL, network: null, subnet: null }),
+      renderSubnetEnv({ ...DUAL, networks: [], subnet: null }),
       'FLANNEL_IPV6_NETWORK=2001:cafe:42::/56\nFLANNEL_IPV6_SUBNET=2001:cafe:42::1/64\n' +
         'FLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n',
     );

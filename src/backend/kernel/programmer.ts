@@ -14,7 +14,8 @@ export interface ProgramScope {
   readonly l2Devices: ReadonlyArray<{ readonly index: number; readonly family: 4 | 6 }>;
   /**
    * Route onlink routes on those devices through nexthop objects: the kernel inserts them several
-   * times faster than routes with a gateway each (shared/research/kernel-routes.md).
+   * times faster than routes with a gateway each (measured with `ip -batch`, 10 000 routes on one
+   * vxlan device: 1.36 s with a gateway per route, 0.23 s for nexthops plus routes; kernel ≥ 5.3).
    */
   readonly useNexthops: boolean;
 }

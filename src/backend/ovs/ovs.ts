@@ -99,12 +99,7 @@ export class OvsBackend implements Backend {
     return {
       attrs,
       mtu: this.mtu,
-      subnetEnv: [
-        ['WEFT_BACKEND', 'ovs'],
-        ['WEFT_OVS_BRIDGE', this.opts.bridge],
-        ['WEFT_OVS_RUNDIR', this.ovs.runDir],
-        ['WEFT_OVS_DATAPATH', this.opts.datapathType],
-      ],
+      subnetEnv: { backend: 'ovs', ovsBridge: this.opts.bridge, ovsRunDir: this.ovs.runDir, ovsDatapath: this.opts.datapathType },
     };
   }
 

@@ -2,13 +2,10 @@
 // recreate an incompatible or missing one with the same MAC, and keep the node's address on it.
 import { randomBytes } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
+import { runCommand } from '../../util/exec.js';
 import { IPNet } from '../../util/ip.js';
 import type { Logger } from '../../util/log.js';
 import type { LinkInfo, Netlink, VxlanSpec } from '../../netlink/index.js';
-
-const run = promisify(execFile);
 
 /** A random locally administered unicast MAC (flannel pkg/mac). */
 export function randomVtepMac(): string {
@@ -112,5 +109,5 @@ export async function disableAcceptRa(device: string): Promise<void> {
 
 /** The kernel bug behind flannel #1243/#1279: bad UDP checksums with TX offload on vxlan. */
 export async function disableTxChecksumOffload(device: string): Promise<void> {
-  await run('ethtool', ['-K', device, 'tx-checksum-ip-generic', 'off']);
+  await runCommand('ethtool', ['-K', device, 'tx-checksum-ip-generic', 'off']);
 }

@@ -10,13 +10,14 @@ import type { RulesMode } from '../../ipmasq/keeper.js';
 import { xtablesCommands } from '../../ipmasq/iptables.js';
 import { nftTable } from '../../ipmasq/nftables.js';
 import { Netlink, type LinkInfo } from '../../netlink/index.js';
-import { parseSubnetEnv } from '../../daemon/subnetenv.js';
+import { parseSubnetEnv, previousSubnets } from '../../subnetenv/format.js';
 import type { PeerStatus, StatusSnapshot } from '../../daemon/status.js';
 import { EtcdSubnetManager } from '../../subnet/etcd/manager.js';
 import type { EtcdConnectOptions } from '../../subnet/etcd/registry.js';
 import type { NetworkConfig } from '../../subnet/config.js';
-import type { Lease } from '../../subnet/lease.js';
+import { vtepMacOf, type Lease } from '../../subnet/lease.js';
 import { DEFAULT_OVS_RUNDIR, OvsClient } from '../../ovs/cli.js';
+import { errnoCode, errorMessage } from '../../util/errors.js';
 import { CommandError, runCommand } from '../../util/exec.js';
 import { IPAddr, IPNet, type Family } from '../../util/ip.js';
 import { createLogger } from '../../util/log.js';
@@ -60,23 +61,16 @@ async function withTimeout<T>(what: string, ms: number, p: Promise<T>): Promise<
 }
 
 export function parseSubnetEnvFacts(text: string): SubnetEnvFacts {
-  const nets = parseSubnetEnv(text);
-  const value = (key: string): string | null => new RegExp(`^${key}=(.*)$`, 'm').exec(text)?.[1]?.trim() ?? null;
-  const mtu = Number(value('FLANNEL_MTU'));
-  const masq = value('FLANNEL_IPMASQ');
-  const nonEmpty = (key: string): string | null => value(key) || null;
+  const parsed = parseSubnetEnv(text);
+  const nets = previousSubnets(parsed);
   return {
     network: nets.network,
     subnet: nets.subnet,
     ipv6Network: nets.ipv6Network,
     ipv6Subnet: nets.ipv6Subnet,
-    mtu: Number.isInteger(mtu) && mtu > 0 ? mtu : null,
-    ipMasq: masq === 'true' ? true : masq === 'false' ? false : null,
-    ipMasqMode: value('WEFT_IPMASQ') === 'agent' ? 'agent' : null,
-    backend: nonEmpty('WEFT_BACKEND'),
-    ovsBridge: nonEmpty('WEFT_OVS_BRIDGE'),
-    ovsRunDir: nonEmpty('WEFT_OVS_RUNDIR'),
-    ovsDatapath: nonEmpty('WEFT_OVS_DATAPATH'),
+    mtu: parsed.mtu !== null && parsed.mtu > 0 ? parsed.mtu : null,
+    ipMasq: parsed.ipMasq,
+    ...parsed.weft,
   };
 }
 
@@ -155,7 +149,7 @@ export function mergeRouteLookup(getText: string, fibText: string, family: Famil
 
 function commandFailure(e: unknown): string {
   if (e instanceof CommandError) return e.stderr.trim().split('\n')[0] || e.message;
-  return (e as Error).message;
+  return errorMessage(e);
 }
 
 async function routeLookup(run: Runner, family: Family, selector: readonly string[]): Promise<RouteLookup> {
@@ -169,7 +163,7 @@ async function routeLookup(run: Runner, family: Family, selector: readonly strin
 }
 
 async function readEtcd(opts: EtcdConnectOptions, timeoutMs: number): Promise<{ leases: Lease[]; config: NetworkConfig | null; configError: string | null }> {
-  const manager = new EtcdSubnetManager({ ...opts, knownBackends: ANY_BACKEND, logger: createLogger({ level: 'error' }) });
+  const manager = EtcdSubnetManager.connect({ ...opts, knownBackends: ANY_BACKEND, logger: createLogger({ level: 'error' }) });
   try {
     const leases = await withTimeout(`etcd at ${opts.endpoints.join(',')}`, timeoutMs, manager.listLeases());
     let config: NetworkConfig | null = null;
@@ -177,7 +171,7 @@ async function readEtcd(opts: EtcdConnectOptions, timeoutMs: number): Promise<{ 
     try {
       config = await withTimeout('etcd network config', timeoutMs, manager.getNetworkConfig());
     } catch (e) {
-      configError = (e as Error).message;
+      configError = errorMessage(e);
     }
     return { leases, config, configError };
   } finally {
@@ -268,7 +262,7 @@ async function collectOvs(i: OvsInput): Promise<OvsFacts> {
     pods = p.map((x) => ({ name: x.name, ofport: x.ofport, ip: x.ip, mac: x.mac, containerId: x.containerId }));
     [tunnelPort, gatewayPort] = [t, g];
   } catch (e) {
-    error = (e as Error).message;
+    error = errorMessage(e);
   }
   const entryInput = { packet: i.packet, srcIsNode: i.srcIsNode, subnet: i.subnet, srcLease, route: i.route, gatewayDevice: GATEWAY_PORT_NAME };
   const entry = ovsEntry(entryInput);
@@ -294,7 +288,7 @@ async function collectOvs(i: OvsInput): Promise<OvsFacts> {
       try {
         output = await client.appctl(['ofproto/trace', bridge, plan.flow]);
       } catch (e) {
-        traceError = (e as Error).message;
+        traceError = errorMessage(e);
       }
     }
     trace = { entry, inPort: plan.inPort, inPortName: plan.inPortName, flow: plan.flow, note: plan.note, output, error: traceError };
@@ -314,19 +308,19 @@ export async function collectFacts(opts: CollectOptions): Promise<TraceFacts> {
   try {
     env = parseSubnetEnvFacts(await readFile(opts.subnetFile, 'utf8'));
   } catch (e) {
-    notes.push(`cannot read ${opts.subnetFile}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    notes.push(`cannot read ${opts.subnetFile}: ${errnoCode(e) ?? errorMessage(e)}`);
   }
 
   const [status, etcd] = await Promise.all([
     opts.endpoint
-      ? fetchStatus(opts.endpoint, { peers: true, timeoutMs: 2000 }).catch((e: Error) => {
-          notes.push(`daemon status: ${e.message}`);
+      ? fetchStatus(opts.endpoint, { peers: true, timeoutMs: 2000 }).catch((e: unknown) => {
+          notes.push(`daemon status: ${errorMessage(e)}`);
           return null;
         })
       : Promise.resolve(null as StatusSnapshot | null),
     opts.etcd
-      ? readEtcd(opts.etcd, opts.etcdTimeoutMs).catch((e: Error) => {
-          notes.push(`etcd: ${e.message}`);
+      ? readEtcd(opts.etcd, opts.etcdTimeoutMs).catch((e: unknown) => {
+          notes.push(`etcd: ${errorMessage(e)}`);
           return null;
         })
       : Promise.resolve(null),
@@ -394,8 +388,8 @@ export async function collectFacts(opts: CollectOptions): Promise<TraceFacts> {
       if (n?.mac) macs.add(n.mac);
       for (const l of leases) {
         const sub = family === 4 ? l.subnet : l.ipv6Subnet;
-        const data = family === 4 ? l.attrs.backendData : l.attrs.backendV6Data;
-        if (sub?.contains(packet.dst) && data && typeof data === 'object' && !Array.isArray(data) && typeof data.VtepMAC === 'string') macs.add(data.VtepMAC.toLowerCase());
+        const mac = sub?.contains(packet.dst) ? vtepMacOf(l, family) : null;
+        if (mac) macs.add(mac);
       }
       const remotes = new Set(fdb.filter((e) => macs.has(e.mac) && e.dst).map((e) => e.dst!.toString()));
       for (const remote of remotes) underlay.set(remote, await routeLookup(run, IPAddr.parse(remote).family, [remote]));

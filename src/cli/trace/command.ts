@@ -2,6 +2,7 @@
 // is fine, 1 when a hop is broken, 3 when part of the path cannot be traced (IPv6 on an ovs node),
 // 2 for bad arguments or when the node cannot be read at all.
 import type { EtcdConnectOptions } from '../../subnet/etcd/registry.js';
+import { errorMessage } from '../../util/errors.js';
 import { IPAddr } from '../../util/ip.js';
 import { analyze } from './analyze.js';
 import { collectFacts, type Runner } from './collect.js';
@@ -55,7 +56,7 @@ export async function traceCommand(args: TraceArgs, out: NodeJS.WritableStream =
   try {
     packet = parsePacket(args.src, args.dst, args.proto, args.dport);
   } catch (e) {
-    err.write(`weft trace: ${(e as Error).message}\n`);
+    err.write(`weft trace: ${errorMessage(e)}\n`);
     return 2;
   }
   let report: TraceReport;
@@ -70,7 +71,7 @@ export async function traceCommand(args: TraceArgs, out: NodeJS.WritableStream =
     });
     report = analyze(facts);
   } catch (e) {
-    err.write(`weft trace: cannot read this node's network state: ${(e as Error).message}\n`);
+    err.write(`weft trace: cannot read this node's network state: ${errorMessage(e)}\n`);
     return 2;
   }
   out.write(args.output === 'json' ? `${JSON.stringify(report, null, 2)}\n` : renderTrace(report));

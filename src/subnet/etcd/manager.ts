@@ -1,9 +1,9 @@
 // flannel's etcd subnet manager with its defects fixed: every write is a transaction, a lost race
 // retries, reservations stay reservations, a lost lease is acquired again instead of exiting,
 // and a value that does not parse is skipped rather than read as "all peers gone".
-import type { Watcher } from 'etcd3';
-import type { Logger } from '../../util/log.js';
 import { AbortedError, Backoff, delay } from '../../util/backoff.js';
+import { errorMessage } from '../../util/errors.js';
+import type { Logger } from '../../util/log.js';
 import { AsyncQueue } from '../../util/queue.js';
 import type { IPAddr, IPNet } from '../../util/ip.js';
 import { allocateSubnet, cryptoRandomBelow, inRange, type AllocationRange, type RandomBelow } from '../allocator.js';
@@ -20,13 +20,15 @@ import {
   type SubnetManager,
 } from '../manager.js';
 import type { WatchResult } from '../watcher.js';
-import { cancelWatcher, EtcdRegistry, type EtcdConnectOptions, type Listing, type StoredLease } from './registry.js';
+import type { Listing, Registry, RegistryWatch, StoredLease } from './contract.js';
+import { EtcdRegistry, type EtcdConnectOptions } from './registry.js';
 
 export const DEFAULT_LEASE_TTL_SECONDS = 24 * 3600;
 /** How long a start-up listing may be reused by the next step. */
 const LISTING_REUSE_MS = 10_000;
 
-export interface EtcdManagerOptions extends EtcdConnectOptions {
+/** How the manager allocates and keeps leases, whatever registry it runs on. */
+export interface LeaseManagerOptions {
   readonly knownBackends: readonly string[];
   readonly logger: Logger;
   /** The subnets named in the previous subnet.env, tried before a random one. */
@@ -41,9 +43,12 @@ export interface EtcdManagerOptions extends EtcdConnectOptions {
   readonly onStoreError?: (op: string) => void;
 }
 
+/** The production wiring: the manager on an etcd registry. */
+export interface EtcdManagerOptions extends EtcdConnectOptions, LeaseManagerOptions {}
+
 export class EtcdSubnetManager implements SubnetManager {
   readonly name = 'etcd';
-  readonly registry: EtcdRegistry;
+  readonly registry: Registry;
   private config: NetworkConfig | null = null;
   private preferred: PreviousLease | null;
   /** The stored form of leases we hold, by lease id. */
@@ -52,8 +57,17 @@ export class EtcdSubnetManager implements SubnetManager {
   private readonly margin: number;
   private listing: { listing: Listing; at: number } | null = null;
 
-  constructor(private readonly opts: EtcdManagerOptions) {
-    this.registry = new EtcdRegistry(opts, opts.logger);
+  /** The manager on etcd at `opts.endpoints` (what weftd and `weft` run). */
+  static connect(opts: EtcdManagerOptions): EtcdSubnetManager {
+    return new EtcdSubnetManager(opts, new EtcdRegistry(opts, opts.logger));
+  }
+
+  /** The manager on `registry` (flannel's NewLocalManager(config, registry)). */
+  constructor(
+    private readonly opts: LeaseManagerOptions,
+    registry: Registry,
+  ) {
+    this.registry = registry;
     this.preferred = opts.previous ?? null;
     this.ttl = opts.leaseTTLSeconds ?? DEFAULT_LEASE_TTL_SECONDS;
     this.margin = opts.renewMarginSeconds ?? 3600;
@@ -119,7 +133,7 @@ export class EtcdSubnetManager implements SubnetManager {
           if (!ipv6Subnet) throw new OutOfSubnetsError(6);
         }
         spare ??= await this.registry.grant(this.ttl);
-        const created = await this.registry.create(subnet, ipv6Subnet, attrs, spare, this.ttl, replaces);
+        const created = await this.registry.create({ subnet, ipv6Subnet, attrs, etcdLease: spare, ttlSeconds: this.ttl, replaces });
         if (created) {
           spare = null;
           const how: AcquireHow = mine?.lease.subnet?.equals(subnet)
@@ -197,12 +211,12 @@ export class EtcdSubnetManager implements SubnetManager {
           } catch (e) {
             if (e instanceof LeaseLostError) break;
             this.opts.onStoreError?.('renew');
-            log.warn('renewing the lease failed; retrying', { error: (e as Error).message });
+            log.warn('renewing the lease failed; retrying', { error: errorMessage(e) });
             await retry.wait(AbortSignal.any([signal, lost.signal])).catch(() => undefined);
           }
         }
       } finally {
-        if (keyWatch) await cancelWatcher(keyWatch);
+        if (keyWatch) await keyWatch.cancel();
       }
       if (signal.aborted) return;
       // The lease is gone (expired during an outage, deleted by an operator): take it again,
@@ -220,7 +234,7 @@ export class EtcdSubnetManager implements SubnetManager {
         } catch (e) {
           if (e instanceof AbortedError) return;
           this.opts.onStoreError?.('acquire');
-          log.warn('re-acquiring the lease failed; retrying', { error: (e as Error).message });
+          log.warn('re-acquiring the lease failed; retrying', { error: errorMessage(e) });
           await retry.wait(signal).catch(() => undefined);
         }
       }
@@ -230,14 +244,14 @@ export class EtcdSubnetManager implements SubnetManager {
   watchLeases(signal: AbortSignal): AsyncIterable<WatchResult> {
     const queue = new AsyncQueue<WatchResult>();
     const log = this.opts.logger;
-    let watcher: Watcher | null = null;
+    let watcher: RegistryWatch | null = null;
     const backoff = new Backoff(100, 5000);
     let restarting = false;
 
     const stopWatcher = async () => {
       const w = watcher;
       watcher = null;
-      if (w) await cancelWatcher(w);
+      if (w) await w.cancel();
     };
 
     // List, report the snapshot, and watch from the listing's revision; on failure retry with backoff.
@@ -251,35 +265,28 @@ export class EtcdSubnetManager implements SubnetManager {
             // The watch replays everything after the listing's revision, so an older listing
             // loses nothing; it only means more events to apply.
             const listing = this.takeListing() ?? (await this.registry.list());
-            const w = await this.registry.watchSubnets((BigInt(listing.revision) + 1n).toString());
+            const w: RegistryWatch = await this.registry.watchSubnets(nextRevision(listing.revision), {
+              onEvents: (events) => queue.push({ kind: 'events', events }),
+              // The watch was ended by the server (typically: our revision was compacted while we
+              // were away). List again: the next snapshot yields exactly what changed.
+              onError: (err) => {
+                if (watcher === w) watcher = null;
+                this.opts.onStoreError?.('watch');
+                log.warn('etcd watch cancelled; listing again', { error: err.message });
+                void start();
+              },
+            });
             if (signal.aborted) {
-              await cancelWatcher(w);
+              await w.cancel();
               return;
             }
             watcher = w;
             queue.push({ kind: 'snapshot', leases: listing.leases.map((s) => s.lease) });
-            w.on('data', (res) => {
-              const events = this.registry.parseEvents(res.events);
-              if (events.length > 0) queue.push({ kind: 'events', events });
-            });
-            w.on('disconnected', (err) => log.debug('etcd watch disconnected', { error: err.message }));
-            w.on('connected', () => log.debug('etcd watch connected'));
-            // The watch was cancelled by the server (typically: our revision was compacted while we
-            // were away). List again: the next snapshot yields exactly what changed.
-            w.on('error', (err) => {
-              // etcd3 has dropped this watcher already; cancelling it again would wait forever.
-              if (watcher === w) watcher = null;
-              void cancelWatcher(w);
-              this.opts.onStoreError?.('watch');
-              log.warn('etcd watch cancelled; listing again', { error: err.message });
-              const again = EtcdRegistry.isAuthError(err) ? this.registry.reconnect(err.message) : Promise.resolve();
-              void again.then(start);
-            });
             backoff.reset();
             return;
           } catch (e) {
             this.opts.onStoreError?.('watch');
-            log.warn('cannot watch leases in etcd; retrying', { error: (e as Error).message });
+            log.warn('cannot watch leases in etcd; retrying', { error: errorMessage(e) });
             await backoff.wait(signal).catch(() => undefined);
           }
         }
@@ -339,21 +346,17 @@ export class EtcdSubnetManager implements SubnetManager {
   }
 
   /** Aborts `lost` when our key is deleted or rebound to another etcd lease. */
-  private async watchOwnKey(stored: StoredLease, lost: AbortController, signal: AbortSignal): Promise<Watcher | null> {
+  private async watchOwnKey(stored: StoredLease, lost: AbortController, signal: AbortSignal): Promise<RegistryWatch | null> {
     const backoff = new Backoff(100, 5000);
     while (!signal.aborted) {
       try {
-        const w = await this.registry.watchKey(stored.key, (BigInt(stored.revision) + 1n).toString());
-        w.on('delete', () => lost.abort());
-        w.on('put', (kv) => {
-          if (kv.lease !== stored.etcdLease) lost.abort();
+        return await this.registry.watchKey(stored.key, nextRevision(stored.revision), {
+          onChange: (etcdLease) => {
+            if (etcdLease !== stored.etcdLease) lost.abort();
+          },
+          // Compacted or refused: re-check by re-acquiring (which reuses our key if still there).
+          onError: () => lost.abort(),
         });
-        // Compacted or refused: re-check by re-acquiring (which reuses our key if still there).
-        w.on('error', (err) => {
-          if (EtcdRegistry.isAuthError(err)) void this.registry.reconnect(err.message);
-          lost.abort();
-        });
-        return w;
       } catch (e) {
         if (!(e instanceof StoreUnavailableError)) throw e;
         await backoff.wait(signal).catch(() => undefined);
@@ -361,6 +364,11 @@ export class EtcdSubnetManager implements SubnetManager {
     }
     return null;
   }
+}
+
+/** The revision after `revision`, where a watch of what follows a read starts. */
+function nextRevision(revision: string): string {
+  return (BigInt(revision) + 1n).toString();
 }
 
 /** The first wanted subnet that is a free candidate, else a random free one. */

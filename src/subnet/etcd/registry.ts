@@ -1,14 +1,26 @@
-// The etcd side of the lease store: flannel's keys and values under <prefix>, every write a
-// transaction (create-if-absent, compare-and-swap on modRevision), never a blind put.
+// The etcd side of the lease store (the Registry of contract.ts): flannel's keys and values under
+// <prefix>, every write a transaction (create-if-absent, compare-and-swap on modRevision), never a
+// blind put.
 import { readFileSync } from 'node:fs';
 import { ExponentialBackoff, type IBackoff } from 'cockatiel';
 import { Etcd3, type IOptions, type IKeyValue, type Watcher } from 'etcd3';
+import { errorMessage } from '../../util/errors.js';
 import type { Logger } from '../../util/log.js';
 import type { IPNet } from '../../util/ip.js';
 import { decodeLeaseAttrs, encodeLeaseAttrs, makeSubnetKey, parseSubnetKey } from '../codec.js';
 import type { Lease, LeaseAttrs } from '../lease.js';
 import { StoreUnavailableError } from '../manager.js';
 import type { RawLeaseEvent } from '../watcher.js';
+import {
+  createdLease,
+  type CreateRequest,
+  type KeyWatchHandlers,
+  type Listing,
+  type Registry,
+  type RegistryWatch,
+  type StoredLease,
+  type SubnetWatchHandlers,
+} from './contract.js';
 
 export const DEFAULT_ETCD_PREFIX = '/coreos.com/network';
 export const DEFAULT_ETCD_ENDPOINTS = ['http://127.0.0.1:4001', 'http://127.0.0.1:2379'];
@@ -25,22 +37,6 @@ export interface EtcdConnectOptions {
   readonly grpcOptions?: IOptions['grpcOptions'];
 }
 
-/** A lease as stored: what the CAS writes need besides the lease itself. */
-export interface StoredLease {
-  readonly lease: Lease;
-  readonly key: string;
-  readonly modRevision: string;
-  /** The etcd lease ID the key is bound to; '0' for a reservation. */
-  readonly etcdLease: string;
-  /** The store revision at which this was read or written. */
-  readonly revision: string;
-}
-
-export interface Listing {
-  readonly leases: StoredLease[];
-  readonly revision: string;
-}
-
 /** The etcd connection flags do not make sense together; nothing was sent. */
 export class EtcdOptionsError extends Error {
   constructor(message: string) {
@@ -54,7 +50,7 @@ const REQUEST_DEADLINE_MS = 5000;
 /** A watch that is not created within this time is stuck (see reconnect()). */
 const WATCH_CREATE_TIMEOUT_MS = 10_000;
 
-export class EtcdRegistry {
+export class EtcdRegistry implements Registry {
   private current: Etcd3;
   private readonly subnetsPrefix: string;
   private readonly reported = new Set<string>();
@@ -77,7 +73,7 @@ export class EtcdRegistry {
    * idle TTL) only for unary calls: a watch is refused with "invalid auth token" and, worse, every
    * later watch creation on that client hangs. A fresh client authenticates again.
    */
-  reconnect(reason: string): Promise<void> {
+  private reconnect(reason: string): Promise<void> {
     this.reconnecting ??= (async () => {
       this.logger.warn('reconnecting to etcd', { reason });
       const old = this.current;
@@ -85,11 +81,6 @@ export class EtcdRegistry {
       retire(old);
     })().finally(() => (this.reconnecting = null));
     return this.reconnecting;
-  }
-
-  /** Whether a watch error means the client must authenticate again. */
-  static isAuthError(err: Error): boolean {
-    return /invalid auth token|Unauthenticated|auth token is expired/i.test(err.message);
   }
 
   get configKey(): string {
@@ -115,21 +106,10 @@ export class EtcdRegistry {
     return { leases, revision };
   }
 
-  /**
-   * Creates the key for (subnet, ipv6Subnet) if absent, bound to etcd lease `etcdLease` ('0' for none).
-   * With `replaces`, that key is deleted in the same transaction if unchanged since read.
-   * Returns null when another writer won.
-   */
-  async create(
-    subnet: IPNet,
-    ipv6Subnet: IPNet | null,
-    attrs: LeaseAttrs,
-    etcdLease: string,
-    ttlSeconds: number,
-    replaces?: StoredLease,
-  ): Promise<StoredLease | null> {
-    const key = this.keyOf(subnet, ipv6Subnet);
-    const value = encodeLeaseAttrs(attrs);
+  async create(req: CreateRequest): Promise<StoredLease | null> {
+    const { etcdLease, replaces } = req;
+    const key = this.keyOf(req.subnet, req.ipv6Subnet);
+    const value = encodeLeaseAttrs(req.attrs);
     const put = this.client.put(key).value(value);
     if (etcdLease !== '0') put.lease(etcdLease);
     const txn = this.client.if(key, 'Create', '==', 0);
@@ -140,20 +120,9 @@ export class EtcdRegistry {
     }
     const res = await this.call('create lease', () => txn.then(...ops).commit());
     if (!res.succeeded) return null;
-    const lease: Lease = {
-      subnet,
-      ipv6Subnet,
-      attrs,
-      reservation: etcdLease === '0',
-      expiration: etcdLease === '0' ? null : new Date(Date.now() + ttlSeconds * 1000),
-    };
-    return { lease, key, modRevision: res.header.revision, etcdLease, revision: res.header.revision };
+    return { lease: createdLease(req), key, modRevision: res.header.revision, etcdLease, revision: res.header.revision };
   }
 
-  /**
-   * Takes over an existing key of ours: refreshes its etcd lease and rewrites the value only if it
-   * differs, compared on modRevision. Returns null when the key changed or its lease is gone.
-   */
   async reuse(stored: StoredLease, attrs: LeaseAttrs): Promise<StoredLease | null> {
     let expiration: Date | null = null;
     if (stored.etcdLease !== '0') {
@@ -192,7 +161,6 @@ export class EtcdRegistry {
     await this.call('revoke lease', () => this.client.leaseClient.leaseRevoke({ ID: etcdLease }));
   }
 
-  /** One keepalive; the remaining TTL in seconds, 0 when the lease no longer exists. */
   async keepAlive(etcdLease: string): Promise<number> {
     return this.call('renew lease', async () => {
       const stream = await this.client.leaseClient.leaseKeepAlive();
@@ -209,7 +177,6 @@ export class EtcdRegistry {
     });
   }
 
-  /** Remaining TTL in seconds of an etcd lease; -1 when it does not exist. */
   async timeToLive(etcdLease: string): Promise<number> {
     const res = await this.call('lease time to live', () =>
       this.client.leaseClient.leaseTimeToLive({ ID: etcdLease }),
@@ -217,15 +184,38 @@ export class EtcdRegistry {
     return Number(res.TTL);
   }
 
-  /** Watches every lease key from `fromRevision`; the caller handles 'error' (compaction) by re-listing. */
-  async watchSubnets(fromRevision: string): Promise<Watcher> {
-    return this.createWatch('watch leases', () =>
+  async watchSubnets(fromRevision: string, handlers: SubnetWatchHandlers): Promise<RegistryWatch> {
+    const w = await this.createWatch('watch leases', () =>
       this.client.watch().prefix(this.subnetsPrefix).startRevision(fromRevision).create(),
     );
+    w.on('data', (res) => {
+      const events = this.parseEvents(res.events);
+      if (events.length > 0) handlers.onEvents(events);
+    });
+    w.on('disconnected', (err) => this.logger.debug('etcd watch disconnected', { error: err.message }));
+    w.on('connected', () => this.logger.debug('etcd watch connected'));
+    return this.ended(w, handlers.onError);
   }
 
-  async watchKey(key: string, fromRevision: string): Promise<Watcher> {
-    return this.createWatch('watch lease', () => this.client.watch().key(key).startRevision(fromRevision).create());
+  async watchKey(key: string, fromRevision: string, handlers: KeyWatchHandlers): Promise<RegistryWatch> {
+    const w = await this.createWatch('watch lease', () => this.client.watch().key(key).startRevision(fromRevision).create());
+    w.on('delete', () => handlers.onChange(null));
+    w.on('put', (kv) => handlers.onChange(kv.lease));
+    return this.ended(w, handlers.onError);
+  }
+
+  /**
+   * The watch's end by the server (compaction, refused credentials): etcd3 has dropped the watcher
+   * already, so it is only released here. A refused token needs a fresh client before the caller's
+   * next watch.
+   */
+  private ended(w: Watcher, onError: (err: Error) => void): RegistryWatch {
+    w.on('error', (err) => {
+      void cancelWatcher(w);
+      const again = isAuthError(err) ? this.reconnect(err.message) : Promise.resolve();
+      void again.then(() => onError(err));
+    });
+    return { cancel: () => cancelWatcher(w) };
   }
 
   /** A watch creation that hangs means a wedged client: replace it and let the caller retry. */
@@ -239,7 +229,7 @@ export class EtcdRegistry {
       return await this.call(op, () => Promise.race([pending, timeout]));
     } catch (e) {
       pending.then((w) => void cancelWatcher(w), () => undefined);
-      await this.reconnect(`${op}: ${(e as Error).message}`);
+      await this.reconnect(`${op}: ${errorMessage(e)}`);
       throw e;
     } finally {
       clearTimeout(timer);
@@ -247,7 +237,7 @@ export class EtcdRegistry {
   }
 
   /** Turns watch events into lease events; what does not parse is reported once and skipped. */
-  parseEvents(events: ReadonlyArray<{ type: string; kv: IKeyValue }>): RawLeaseEvent[] {
+  private parseEvents(events: ReadonlyArray<{ type: string; kv: IKeyValue }>): RawLeaseEvent[] {
     const out: RawLeaseEvent[] = [];
     for (const ev of events) {
       if (ev.type === 'Delete') {
@@ -272,7 +262,7 @@ export class EtcdRegistry {
     try {
       return parseSubnetKey(keyText.slice(this.subnetsPrefix.length));
     } catch (e) {
-      this.reportOnce(keyText, '', e as Error);
+      this.reportOnce(keyText, '', e);
       return null;
     }
   }
@@ -288,17 +278,17 @@ export class EtcdRegistry {
       const lease: Lease = { ...sub, attrs, reservation, expiration: null };
       return { lease, key, modRevision: kv.mod_revision, etcdLease: kv.lease, revision };
     } catch (e) {
-      this.reportOnce(key, value, e as Error);
+      this.reportOnce(key, value, e);
       return null;
     }
   }
 
   /** A value written by someone else that we cannot read: say so once, never treat it as a removal. */
-  private reportOnce(key: string, value: string, err: Error): void {
+  private reportOnce(key: string, value: string, err: unknown): void {
     const id = `${key}\u0000${value}`;
     if (this.reported.has(id)) return;
     this.reported.add(id);
-    this.logger.warn('skipping unparsable lease entry', { key, error: err.message });
+    this.logger.warn('skipping unparsable lease entry', { key, error: errorMessage(err) });
   }
 
   private async call<T>(op: string, fn: () => Promise<T>): Promise<T> {
@@ -314,7 +304,7 @@ export class EtcdRegistry {
  * Cancels a watcher without hanging: etcd3 waits for an 'end' that never comes when the server
  * has already cancelled the watch (compaction), so give up waiting after a second.
  */
-export async function cancelWatcher(w: Watcher): Promise<void> {
+async function cancelWatcher(w: Watcher): Promise<void> {
   w.removeAllListeners();
   w.on('error', () => undefined);
   let timer: NodeJS.Timeout | undefined;
@@ -323,6 +313,11 @@ export async function cancelWatcher(w: Watcher): Promise<void> {
     new Promise<void>((resolve) => (timer = setTimeout(resolve, 1000))),
   ]);
   clearTimeout(timer);
+}
+
+/** Whether a watch error means the client must authenticate again. */
+function isAuthError(err: Error): boolean {
+  return /invalid auth token|Unauthenticated|auth token is expired/i.test(err.message);
 }
 
 function trimSlash(p: string): string {

@@ -1,12 +1,13 @@
 // flannel's Node annotations (pkg/subnet/kube/annotations.go, kube.go): their names under
 // --kube-annotation-prefix, the values a node publishes about itself, and the values it reads back
 // from its own Node at start-up (VTEP MACs, node-public-ip). Pure: no API calls.
+import { errorMessage } from '../../util/errors.js';
 import { checkUnicastMac } from '../../util/mac.js';
 import type { Mac } from '../../netlink/types.js';
 import { IPAddr, type Family } from '../../util/ip.js';
 import { goJson } from '../codec.js';
 import type { JsonValue, LeaseAttrs } from '../lease.js';
-import type { KubeNode } from './node.js';
+import type { KubeNode } from './objects.js';
 
 export const DEFAULT_ANNOTATION_PREFIX = 'flannel.alpha.coreos.com';
 
@@ -214,7 +215,7 @@ function storedMac(node: KubeNode, key: string, problems: string[]): Mac | null 
   try {
     data = JSON.parse(text);
   } catch (e) {
-    return fail(`not valid JSON (${(e as Error).message})`);
+    return fail(`not valid JSON (${errorMessage(e)})`);
   }
   // host-gw and friends publish "null": no MAC to keep, nothing wrong.
   if (data === null) return null;

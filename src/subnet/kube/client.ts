@@ -6,7 +6,9 @@
 import { request as httpRequest, type IncomingMessage, type RequestOptions } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { KubeConfig, type Cluster } from '@kubernetes/client-node';
-import type { KubeNode, NodeCondition, NodePatch } from './node.js';
+import { errorMessage } from '../../util/errors.js';
+import type { NodePatch } from './node.js';
+import type { KubeNode, NodeCondition } from './objects.js';
 
 export interface KubeConnectOptions {
   /** --kubeconfig-file */
@@ -312,7 +314,7 @@ export class KubeClient {
     try {
       await this.kubeConfig.applyToHTTPSOptions(opts);
     } catch (e) {
-      throw new KubeConfigError(`${op}: credentials: ${(e as Error).message}`);
+      throw new KubeConfigError(`${op}: credentials: ${errorMessage(e)}`);
     }
     const headers: Record<string, string> = {};
     if (opts.headers && !Array.isArray(opts.headers)) {
@@ -453,7 +455,7 @@ export async function resolveNodeName(
   try {
     fromPod = await getPodNodeName(podNamespace, podName);
   } catch (e) {
-    throw new NodeNameError(`error retrieving pod spec for '${podNamespace}/${podName}': ${(e as Error).message}`);
+    throw new NodeNameError(`error retrieving pod spec for '${podNamespace}/${podName}': ${errorMessage(e)}`);
   }
   if (fromPod === '') throw new NodeNameError(`node name not present in pod spec '${podNamespace}/${podName}'`);
   return fromPod;

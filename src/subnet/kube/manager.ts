@@ -7,6 +7,7 @@
 import { readFile } from 'node:fs/promises';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { AbortedError, Backoff, delay } from '../../util/backoff.js';
+import { errnoCode, errorMessage } from '../../util/errors.js';
 import type { IPAddr } from '../../util/ip.js';
 import { rateLimited, type Logger } from '../../util/log.js';
 import { AsyncQueue } from '../../util/queue.js';
@@ -30,7 +31,8 @@ import {
   type KubeConnectOptions,
   type NodeWatchEvent,
 } from './client.js';
-import { annotationPatch, leaseChanged, networkUnavailablePatch, nodeToLease, ownPodCIDRs, type KubeNode } from './node.js';
+import { annotationPatch, leaseChanged, networkUnavailablePatch, nodeToLease, ownPodCIDRs } from './node.js';
+import type { KubeNode } from './objects.js';
 
 export const DEFAULT_NET_CONFIG_PATH = '/etc/kube-flannel/net-conf.json';
 
@@ -108,10 +110,9 @@ export class KubeSubnetManager implements SubnetManager {
     try {
       text = await readFile(path, 'utf8');
     } catch (e) {
-      const code = (e as NodeJS.ErrnoException).code;
       // The ConfigMap volume may not be there yet: the daemon waits for it.
-      if (code === 'ENOENT') throw new ConfigNotFoundError(`network config file ${path} not found`);
-      throw new ConfigError(null, `reading network config file ${path}: ${(e as Error).message}`);
+      if (errnoCode(e) === 'ENOENT') throw new ConfigNotFoundError(`network config file ${path} not found`);
+      throw new ConfigError(null, `reading network config file ${path}: ${errorMessage(e)}`);
     }
     // Subnet ranges mean nothing here: the controller manager allocates the podCIDRs.
     const cfg = parseNetworkConfig(text, { knownBackends: this.opts.knownBackends, checkSubnets: false });
@@ -267,7 +268,7 @@ export class KubeSubnetManager implements SubnetManager {
         this.opts.onStoreError?.('watch');
         if (progressed()) backoff.reset();
         openedAt = 0;
-        const error = (e as Error).message;
+        const error = errorMessage(e);
         // An outage of minutes must not fill the log: each distinct failure once per 30 s.
         say(`watch ${error}`, 'warn', 'node list/watch failed; listing again', { error });
         rv = null;

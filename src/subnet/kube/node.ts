@@ -1,36 +1,13 @@
 // Pure conversions between Kubernetes Node objects and weft leases, following flannel's
 // pkg/subnet/kube/kube.go (nodeToLease, AcquireLease, CompleteLease, handleUpdateLeaseEvent).
 // No API calls: the lease manager feeds Nodes in and sends the patches built here.
+import { errorMessage } from '../../util/errors.js';
 import { IPAddr, IPNet } from '../../util/ip.js';
 import { goJson } from '../codec.js';
 import type { NetworkConfig } from '../config.js';
 import type { JsonValue, Lease, LeaseAttrs, LeaseSubnets } from '../lease.js';
 import { AnnotationValueError, annotationsOf, type AnnotationNames, type DesiredAnnotations } from './annotations.js';
-
-/** The part of a core/v1 Node weft reads. Annotation values are strings, as the API server keeps them. */
-export interface KubeNode {
-  readonly metadata: {
-    readonly name: string;
-    readonly resourceVersion?: string;
-    readonly annotations?: Readonly<Record<string, string>>;
-  };
-  readonly spec?: {
-    readonly podCIDR?: string;
-    readonly podCIDRs?: readonly string[];
-  };
-  readonly status?: {
-    readonly conditions?: readonly NodeCondition[];
-  };
-}
-
-export interface NodeCondition {
-  readonly type: string;
-  readonly status: string;
-  readonly lastHeartbeatTime?: string;
-  readonly lastTransitionTime?: string;
-  readonly reason?: string;
-  readonly message?: string;
-}
+import type { KubeNode } from './objects.js';
 
 export type PodCIDRProblem = 'not-assigned' | 'invalid' | 'count' | 'family-missing' | 'outside-network';
 
@@ -212,7 +189,7 @@ function optionalJson(node: KubeNode, key: string): JsonValue | undefined {
   try {
     return JSON.parse(text) as JsonValue;
   } catch (e) {
-    throw new AnnotationValueError(node.metadata.name, key, text, `not valid JSON (${(e as Error).message})`);
+    throw new AnnotationValueError(node.metadata.name, key, text, `not valid JSON (${errorMessage(e)})`);
   }
 }
 

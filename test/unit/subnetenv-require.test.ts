@@ -3,19 +3,17 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import {
-  loadFlannelSubnetEnv,
-  parseFlannelSubnetEnv,
-  SubnetEnvError,
-  type FlannelSubnetEnv,
-} from '../../cni-plugins/flannel/subnetenv.js';
-import { renderSubnetEnv } from '../../src/daemon/subnetenv.js';
+import { NO_WEFT_LINES, parseSubnetEnv, renderSubnetEnv, requireSubnetEnv, SubnetEnvError, type SubnetEnv } from '../../src/subnetenv/format.js';
+import { loadSubnetEnv as loadFlannelSubnetEnv } from '../../src/subnetenv/read.js';
 import { IPNet } from '../../src/util/ip.js';
 
 const FILE = '/run/flannel/subnet.env';
 
+/** The CNI plugin's reading (flannel.go loadFlannelSubnetEnv). */
+const parseFlannelSubnetEnv = (text: string, file: string): SubnetEnv => requireSubnetEnv(parseSubnetEnv(text), file);
+
 /** The parsed env in plain strings, for exact comparisons. */
-function plain(env: FlannelSubnetEnv): Record<string, unknown> {
+function plain(env: SubnetEnv): Record<string, unknown> {
   return {
     networks: env.networks.map(String),
     subnet: env.subnet?.toString() ?? null,
@@ -36,7 +34,7 @@ function parseError(text: string): SubnetEnvError {
   assert.fail('expected parseFlannelSubnetEnv to throw');
 }
 
-describe('flannel CNI: subnet.env parsing', () => {
+describe('subnet.env: the CNI plugin\'s reading', () => {
   it('parses an IPv4 file (flannel test fixture); the subnet becomes its network', () => {
     const env = parseFlannelSubnetEnv(
       '\nFLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.17.1/24\nFLANNEL_MTU=1472\nFLANNEL_IPMASQ=true\n',
@@ -69,12 +67,13 @@ describe('flannel CNI: subnet.env parsing', () => {
 
   it('parses a dual-stack file written by weftd (renderSubnetEnv round trip)', () => {
     const text = renderSubnetEnv({
-      network: IPNet.parse('10.42.0.0/16'),
+      networks: [IPNet.parse('10.42.0.0/16')],
       subnet: IPNet.parse('10.42.7.0/24'),
-      ipv6Network: IPNet.parse('2001:cafe:42::/56'),
+      ipv6Networks: [IPNet.parse('2001:cafe:42::/56')],
       ipv6Subnet: IPNet.parse('2001:cafe:42:7::/64'),
       mtu: 1450,
       ipMasq: true,
+      weft: NO_WEFT_LINES,
     });
     assert.deepEqual(plain(parseFlannelSubnetEnv(text, FILE)), {
       networks: ['10.42.0.0/16'],
@@ -147,7 +146,7 @@ describe('flannel CNI: subnet.env parsing', () => {
   });
 });
 
-describe('flannel CNI: loading subnet.env', () => {
+describe('subnet.env: the CNI plugin\'s load from disk', () => {
   let dir = '';
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'wt-flannel-env-'));
@@ -194,28 +193,23 @@ describe('flannel CNI: subnet.env WEFT_* keys (weftd ovs backend)', () => {
 
   it('reads the ovs keys weftd writes after flannel’s lines (renderSubnetEnv round trip)', () => {
     const text = renderSubnetEnv({
-      network: IPNet.parse('10.244.0.0/16'),
+      networks: [IPNet.parse('10.244.0.0/16')],
       subnet: IPNet.parse('10.244.1.0/24'),
-      ipv6Network: null,
+      ipv6Networks: [],
       ipv6Subnet: null,
       mtu: 1450,
       ipMasq: true,
-      extra: [
-        ['WEFT_BACKEND', 'ovs'],
-        ['WEFT_OVS_BRIDGE', 'br-int'],
-        ['WEFT_OVS_RUNDIR', '/var/run/openvswitch'],
-        ['WEFT_OVS_DATAPATH', 'netdev'],
-      ],
+      weft: { backend: 'ovs', ovsBridge: 'br-int', ovsRunDir: '/var/run/openvswitch', ovsDatapath: 'netdev', ipMasqMode: null },
     });
     const env = parseFlannelSubnetEnv(text, FILE);
-    assert.deepEqual(env.weft, { backend: 'ovs', ovsBridge: 'br-int', ovsRunDir: '/var/run/openvswitch', ovsDatapath: 'netdev' });
+    assert.deepEqual(env.weft, { backend: 'ovs', ovsBridge: 'br-int', ovsRunDir: '/var/run/openvswitch', ovsDatapath: 'netdev', ipMasqMode: null });
     assert.equal(env.mtu, 1450);
     assert.equal(env.subnet?.toString(), '10.244.1.0/24');
   });
 
   it('a flanneld file has none; empty values count as absent; other WEFT_* keys are ignored', () => {
-    assert.deepEqual(parseFlannelSubnetEnv(BASE, FILE).weft, { backend: null, ovsBridge: null, ovsRunDir: null, ovsDatapath: null });
+    assert.deepEqual(parseFlannelSubnetEnv(BASE, FILE).weft, { backend: null, ovsBridge: null, ovsRunDir: null, ovsDatapath: null, ipMasqMode: null });
     const env = parseFlannelSubnetEnv(`${BASE}WEFT_BACKEND=ovs\nWEFT_OVS_BRIDGE=\nWEFT_FUTURE=1\nWEFT_OVS_DATAPATH= system \n`, FILE);
-    assert.deepEqual(env.weft, { backend: 'ovs', ovsBridge: null, ovsRunDir: null, ovsDatapath: 'system' });
+    assert.deepEqual(env.weft, { backend: 'ovs', ovsBridge: null, ovsRunDir: null, ovsDatapath: 'system', ipMasqMode: null });
   });
 });

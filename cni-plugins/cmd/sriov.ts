@@ -5,10 +5,10 @@
 import { hostLocalPlugin } from '../host-local/plugin.js';
 import { cniPathDelegates, registerInProcess } from '../skel/delegate.js';
 import { runPlugin } from '../skel/run.js';
-import { devlinkPortLookup } from './devlink.js';
-import { ovsOffload } from './offload.js';
-import { createSriovPlugin } from './plugin.js';
-import { IpPfVfControl } from './vfcontrol.js';
+import { devlinkPortLookup } from '../sriov/devlink.js';
+import { ovsOffload } from '../sriov/offload.js';
+import { createSriovPlugin } from '../sriov/plugin.js';
+import { IpPfVfControl } from '../sriov/vfcontrol.js';
 
 registerInProcess(hostLocalPlugin);
 await runPlugin(

@@ -1,5 +1,5 @@
 // The host-local executable: the reference's IPAM plugin, speaking CNI over env + stdin.
+import { hostLocalPlugin } from '../host-local/plugin.js';
 import { runPlugin } from '../skel/run.js';
-import { hostLocalPlugin } from './plugin.js';
 
 await runPlugin(hostLocalPlugin);

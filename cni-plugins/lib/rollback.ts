@@ -1,6 +1,8 @@
 // What a main plugin's ADD needs to fail cleanly: undo steps run newest first, and the original
-// error kept as the cause with any clean-up failure added to its details.
-import { CniError, ErrorCode } from './types.js';
+// error kept as the cause with any clean-up failure added to its details; best-effort steps (undo,
+// DEL) whose failures are collected instead of thrown.
+import { errorMessage } from '../../src/util/errors.js';
+import { CniError, ErrorCode } from '../skel/types.js';
 
 /** Undo steps of an ADD, run newest first; their failures are collected, not thrown. */
 export class Undo {
@@ -12,14 +14,17 @@ export class Undo {
 
   async run(): Promise<string[]> {
     const errors: string[] = [];
-    for (const s of this.steps.reverse()) {
-      try {
-        await s.run();
-      } catch (e) {
-        errors.push(`${s.what}: ${(e as Error).message}`);
-      }
-    }
+    for (const s of this.steps.reverse()) await tryStep(errors, s.what, s.run);
     return errors;
+  }
+}
+
+/** Runs a best-effort step (undo, DEL): its failure goes to `errors` as "<what>: <message>", not thrown. */
+export async function tryStep(errors: string[], what: string, run: () => Promise<unknown>): Promise<void> {
+  try {
+    await run();
+  } catch (e) {
+    errors.push(`${what}: ${errorMessage(e)}`);
   }
 }
 
@@ -28,7 +33,7 @@ export function withCleanup(e: unknown, cleanup: readonly string[]): unknown {
   if (cleanup.length === 0) return e;
   const extra = `cleanup after the failed ADD also failed: ${cleanup.join('; ')}`;
   if (e instanceof CniError) return new CniError(e.code, e.message, e.details ? `${e.details}; ${extra}` : extra);
-  return new CniError(ErrorCode.Internal, (e as Error).message, extra);
+  return new CniError(ErrorCode.Internal, errorMessage(e), extra);
 }
 
 export function internalError(msg: string): CniError {
@@ -36,5 +41,5 @@ export function internalError(msg: string): CniError {
 }
 
 export function netnsError(path: string, e: unknown): CniError {
-  return internalError(`failed to open netns "${path}": ${(e as Error).message}`);
+  return internalError(`failed to open netns "${path}": ${errorMessage(e)}`);
 }

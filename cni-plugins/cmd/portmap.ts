@@ -1,5 +1,5 @@
 // The portmap executable: the skeleton reads the request, dispatches to the plugin and prints.
+import { portmapPlugin } from '../portmap/plugin.js';
 import { runPlugin } from '../skel/run.js';
-import { portmapPlugin } from './plugin.js';
 
 await runPlugin(portmapPlugin);
