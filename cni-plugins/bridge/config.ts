@@ -94,7 +94,7 @@ function decode(obj: Record<string, unknown>, key: string, type: GoType, field =
       return v;
     case 'array':
       if (!Array.isArray(v)) throw typeError(field, v, 'slice');
-      return v;
+      return v as unknown[];
   }
 }
 
@@ -207,8 +207,8 @@ export function loadBridgeConf(config: NetConf, cniArgs: ReadonlyMap<string, str
   if (rcMac) mac = rcMac;
 
   return {
-    name: String(c.name ?? ''),
-    cniVersion: String(c.cniVersion ?? ''),
+    name: typeof c.name === 'string' ? c.name : '',
+    cniVersion: typeof c.cniVersion === 'string' ? c.cniVersion : '',
     bridge,
     isGateway,
     isDefaultGateway,

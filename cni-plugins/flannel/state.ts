@@ -35,7 +35,7 @@ export function statePath(dataDir: string, containerId: string): string {
  * Writes the state atomically (temp file, fsync, rename, directory fsync): a crash leaves either
  * no file or a complete one, never the empty file that blocked deletions in flannel#1662.
  */
-export async function writeState(dataDir: string, containerId: string, data: string): Promise<void> {
+export function writeState(dataDir: string, containerId: string, data: string): void {
   const path = statePath(dataDir, containerId);
   const tmp = join(dataDir, `.${containerId}.tmp-${process.pid}-${randomBytesSync(4).toString('hex')}`);
   let tmpCreated = false;
@@ -74,7 +74,7 @@ export async function writeState(dataDir: string, containerId: string, data: str
 }
 
 /** The stored bytes, or null when there is no state for this container. */
-export async function readState(dataDir: string, containerId: string): Promise<string | null> {
+export function readState(dataDir: string, containerId: string): string | null {
   const path = statePath(dataDir, containerId);
   try {
     return readFileSync(path, 'utf8');
@@ -86,7 +86,7 @@ export async function readState(dataDir: string, containerId: string): Promise<s
 }
 
 /** Removes the state; already gone is fine. */
-export async function removeState(dataDir: string, containerId: string): Promise<void> {
+export function removeState(dataDir: string, containerId: string): void {
   const path = statePath(dataDir, containerId);
   try {
     unlinkSync(path);
@@ -105,7 +105,7 @@ export interface StateListing {
 }
 
 /** What is in dataDir; a missing dataDir is an empty listing. Anything else there is left alone. */
-export async function listState(dataDir: string): Promise<StateListing> {
+export function listState(dataDir: string): StateListing {
   let entries;
   try {
     entries = readdirSync(dataDir, { withFileTypes: true });
@@ -127,7 +127,7 @@ export async function listState(dataDir: string): Promise<StateListing> {
 }
 
 /** Removes one leftover temp file (GC runs with no ADD in flight, so none is in use). */
-export async function removeTempFile(dataDir: string, name: string): Promise<void> {
+export function removeTempFile(dataDir: string, name: string): void {
   if (!TEMP_FILE.test(name)) throw new RangeError(`not a flannel state temp file: ${JSON.stringify(name)}`);
   rmSync(join(dataDir, name), { force: true });
 }

@@ -67,7 +67,8 @@ function delegateError(verb: string, type: string, e: unknown): CniError {
   return new CniError(inner.code, `failed to delegate ${verb} to ${type}: ${inner.message}`, inner.details);
 }
 
-async function guard<T>(fn: () => Promise<T>): Promise<T> {
+/** Runs `fn` (synchronous or not) with its failure, thrown or rejected, as a CniError rejection. */
+async function guard<T>(fn: () => T | Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (e) {
@@ -144,7 +145,7 @@ async function add(d: Delegates, req: CniRequest): Promise<CniResult> {
     // if the rollback fails the state stays, so the runtime's DEL can still replay it.
     try {
       await d.del(req, type, bytes);
-      await removeState(dataDir, req.containerId);
+      removeState(dataDir, req.containerId);
     } catch {
       // keep the state for the runtime's DEL
     }
@@ -155,7 +156,7 @@ async function add(d: Delegates, req: CniRequest): Promise<CniResult> {
 async function del(d: Delegates, req: CniRequest): Promise<void> {
   const raw = rawConfig(req);
   // DEL only needs dataDir: a config that no longer validates must not block pod deletion.
-  const dataDir = await guard(async () => parseDataDir(raw));
+  const dataDir = await guard(() => parseDataDir(raw));
   const text = await guard(() => readState(dataDir, req.containerId));
   if (text === null) return; // never added, or already deleted
   const stored = parseStored(text);
@@ -175,7 +176,7 @@ async function del(d: Delegates, req: CniRequest): Promise<void> {
 
 async function check(d: Delegates, req: CniRequest): Promise<void> {
   const raw = rawConfig(req);
-  const dataDir = await guard(async () => parseDataDir(raw));
+  const dataDir = await guard(() => parseDataDir(raw));
   const text = await guard(() => readState(dataDir, req.containerId));
   if (text === null) {
     throw new CniError(
@@ -200,11 +201,11 @@ async function gc(d: Delegates, req: CniRequest): Promise<void> {
   if (valid === null) return;
   // State of attachments the runtime no longer knows is dead weight: drop it, and any temp file
   // left by an interrupted write (GC runs with no ADD or DEL in flight). Needs only dataDir.
-  await guard(async () => {
+  await guard(() => {
     const dataDir = parseDataDir(raw);
-    const listing = await listState(dataDir);
-    for (const id of listing.containerIds) if (!valid.has(id)) await removeState(dataDir, id);
-    for (const name of listing.tempFiles) await removeTempFile(dataDir, name);
+    const listing = listState(dataDir);
+    for (const id of listing.containerIds) if (!valid.has(id)) removeState(dataDir, id);
+    for (const name of listing.tempFiles) removeTempFile(dataDir, name);
   });
   // The delegate (host-local) frees what belongs to the invalid attachments.
   const { type, bytes } = await guard(async () => {
@@ -224,7 +225,7 @@ async function gc(d: Delegates, req: CniRequest): Promise<void> {
 
 async function status(d: Delegates, req: CniRequest): Promise<void> {
   const raw = rawConfig(req);
-  const c = await guard(async () => parseFlannelNetConf(raw));
+  const c = await guard(() => parseFlannelNetConf(raw));
   let config: GoObject;
   try {
     config = await delegateConfigFor(c);

@@ -47,7 +47,7 @@ export function parseResolvConf(text: string): CniDNS {
   return dns;
 }
 
-export async function readResolvConf(path: string): Promise<CniDNS> {
+export function readResolvConf(path: string): CniDNS {
   let text: string;
   try {
     text = readFileSync(path, 'utf8'); // sync: node:fs/promises costs ~1.5 ms to load

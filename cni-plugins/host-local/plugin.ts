@@ -8,6 +8,7 @@ import { candidates } from './allocator.js';
 import { DEFAULT_DATA_DIR, HostLocalConfigError, isStoreName, loadConfig, rangeFor, rangeSetString, type HostLocalConfig, type RangeSet } from './config.js';
 import { readResolvConf } from './dns.js';
 import { DiskStore, heldBy, ownedBy, selectGarbage, type Attachment } from './store.js';
+import { fromSync } from '../lib/promise.js';
 import { errorMessage } from '../../src/util/errors.js';
 
 /** An allocation that cannot be satisfied (taken, exhausted, duplicate). Code 999, as the reference. */
@@ -57,27 +58,27 @@ function addressOf(ip: IPAddr, subnet: IPNet): string {
  * any failure every IP reserved here is released again (last_reserved_ip.* keeps its new value,
  * as upstream).
  */
-export async function allocate(store: DiskStore, conf: HostLocalConfig, containerId: string, ifname: string): Promise<CniIPConfig[]> {
-  const existing = await store.list();
+export function allocate(store: DiskStore, conf: HostLocalConfig, containerId: string, ifname: string): CniIPConfig[] {
+  const existing = store.list();
   const taken = new Set(existing.map((r) => r.ip.toString()));
   const held = heldBy(existing, containerId, ifname);
   const pending = [...conf.requestedIPs];
   const reservedHere: string[] = [];
 
-  const reserve = async (ip: IPAddr, idx: number): Promise<boolean> => {
-    const ok = await store.reserve(ip, containerId, ifname, idx);
+  const reserve = (ip: IPAddr, idx: number): boolean => {
+    const ok = store.reserve(ip, containerId, ifname, idx);
     taken.add(ip.toString());
     if (ok) reservedHere.push(ip.toString());
     return ok;
   };
 
-  const fromSet = async (set: RangeSet, idx: number): Promise<CniIPConfig> => {
+  const fromSet = (set: RangeSet, idx: number): CniIPConfig => {
     const want = pending.findIndex((ip) => rangeFor(set, ip) !== undefined);
     if (want >= 0) {
       const ip = pending.splice(want, 1)[0]!;
       const r = rangeFor(set, ip)!;
       if (ip.equals(r.gateway)) throw new AllocationError(`requested ip ${ip.toString()} is subnet's gateway`);
-      if (!(await reserve(ip, idx))) {
+      if (!reserve(ip, idx)) {
         throw new AllocationError(`requested IP address ${ip.toString()} is not available in range set ${rangeSetString(set)}`);
       }
       return { address: addressOf(ip, r.subnet), gateway: r.gateway.toString() };
@@ -87,9 +88,9 @@ export async function allocate(store: DiskStore, conf: HostLocalConfig, containe
     if (dup) {
       throw new AllocationError(`${dup.ip.toString()} has been allocated to ${containerId}, duplicate allocation is not allowed`);
     }
-    for (const { ip, range } of candidates(set, await store.lastReservedIP(idx))) {
+    for (const { ip, range } of candidates(set, store.lastReservedIP(idx))) {
       if (taken.has(ip.toString())) continue;
-      if (await reserve(ip, idx)) return { address: addressOf(ip, range.subnet), gateway: range.gateway.toString() };
+      if (reserve(ip, idx)) return { address: addressOf(ip, range.subnet), gateway: range.gateway.toString() };
     }
     throw new AllocationError(`no IP addresses available in range set: ${rangeSetString(set)}`);
   };
@@ -98,7 +99,7 @@ export async function allocate(store: DiskStore, conf: HostLocalConfig, containe
     const ips: CniIPConfig[] = [];
     for (const [idx, set] of conf.rangeSets.entries()) {
       try {
-        ips.push(await fromSet(set, idx));
+        ips.push(fromSet(set, idx));
       } catch (e) {
         const code = e instanceof CniError ? e.code : ErrorCode.Internal;
         throw new CniError(code, `failed to allocate for range ${idx}: ${errorMessage(e)}`);
@@ -109,7 +110,13 @@ export async function allocate(store: DiskStore, conf: HostLocalConfig, containe
     }
     return ips;
   } catch (e) {
-    for (const file of reservedHere) await store.release(file).catch(() => {});
+    for (const file of reservedHere) {
+      try {
+        store.release(file);
+      } catch {
+        // best effort: the original error is the one to report
+      }
+    }
     throw e;
   }
 }
@@ -134,7 +141,7 @@ export const hostLocalPlugin: CniPlugin = {
 
   async add(req: CniRequest): Promise<CniResult> {
     const conf = loadConfig(req.config, { cniArgs: cniArgsOf(req) });
-    const dns = conf.resolvConf !== null ? await readResolvConf(conf.resolvConf) : undefined;
+    const dns = conf.resolvConf !== null ? readResolvConf(conf.resolvConf) : undefined;
     const store = new DiskStore(conf.dataDir, conf.name);
     const ips = await store.withLock(() => allocate(store, conf, req.containerId, req.ifname));
     const result: CniResult = { cniVersion: CURRENT_VERSION, ips };
@@ -146,15 +153,15 @@ export const hostLocalPlugin: CniPlugin = {
   async del(req: CniRequest): Promise<void> {
     const { name, dataDir } = storeLocation(req.config);
     const store = new DiskStore(dataDir, name);
-    await store.withLock(async () => {
-      for (const r of ownedBy(await store.list(), req.containerId, req.ifname)) await store.release(r.file);
+    await store.withLock(() => {
+      for (const r of ownedBy(store.list(), req.containerId, req.ifname)) store.release(r.file);
     });
   },
 
   async check(req: CniRequest): Promise<void> {
     const conf = loadConfig(req.config, { cniArgs: cniArgsOf(req) });
     const store = new DiskStore(conf.dataDir, conf.name);
-    const held = await store.withLock(async () => heldBy(await store.list(), req.containerId, req.ifname));
+    const held = await store.withLock(() => heldBy(store.list(), req.containerId, req.ifname));
     if (held.length === 0) {
       throw new CniError(ErrorCode.Internal, `host-local: Failed to find address added by container ${req.containerId}`);
     }
@@ -183,12 +190,14 @@ export const hostLocalPlugin: CniPlugin = {
     const { name, dataDir } = storeLocation(req.config);
     if (valid === null) return;
     const store = new DiskStore(dataDir, name);
-    await store.withLock(async () => {
-      for (const r of selectGarbage(await store.list(), valid)) await store.release(r.file);
+    await store.withLock(() => {
+      for (const r of selectGarbage(store.list(), valid)) store.release(r.file);
     });
   },
 
-  async status(req: CniRequest): Promise<void> {
-    loadConfig(req.config, { ignoreArgs: true });
+  status(req: CniRequest): Promise<void> {
+    return fromSync(() => {
+      loadConfig(req.config, { ignoreArgs: true });
+    });
   },
 };

@@ -10,6 +10,7 @@ import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, 
 import { join } from 'node:path';
 import { IPAddr } from '../../src/util/ip.js';
 import { withFileLock } from '../skel/lock.js';
+import { fromSync } from '../lib/promise.js';
 import { errnoCode, errorMessage } from '../../src/util/errors.js';
 
 export const LINE_BREAK = '\r\n';
@@ -92,7 +93,7 @@ export class DiskStore {
   }
 
   /** Creates the network directory (0755, as upstream). */
-  async init(): Promise<void> {
+  init(): void {
     try {
       mkdirSync(this.dir, { recursive: true, mode: 0o755 });
     } catch (e) {
@@ -100,14 +101,14 @@ export class DiskStore {
     }
   }
 
-  /** init, then fn under the store's flock. */
-  async withLock<T>(fn: () => Promise<T>): Promise<T> {
-    await this.init();
-    return withFileLock(this.lockPath, fn, { mode: 0o750 });
+  /** init, then fn under the store's flock (fn is synchronous, as every store method). */
+  async withLock<T>(fn: () => T): Promise<T> {
+    this.init();
+    return withFileLock(this.lockPath, () => fromSync(fn), { mode: 0o750 });
   }
 
   /** Every reservation file (a regular file named as an IP); other files are left alone. */
-  async list(): Promise<Reservation[]> {
+  list(): Reservation[] {
     let entries;
     try {
       entries = readdirSync(this.dir, { withFileTypes: true });
@@ -135,7 +136,7 @@ export class DiskStore {
    * Creates the reservation file exclusively; false when the IP is taken. On success records
    * the IP in last_reserved_ip.<rangeIndex>.
    */
-  async reserve(ip: IPAddr, containerId: string, ifname: string, rangeIndex: number): Promise<boolean> {
+  reserve(ip: IPAddr, containerId: string, ifname: string, rangeIndex: number): boolean {
     const path = join(this.dir, ip.toString());
     let fd: number;
     try {
@@ -168,7 +169,7 @@ export class DiskStore {
   }
 
   /** The content of last_reserved_ip.<rangeIndex> when it is an IP (Go: net.ParseIP, untrimmed). */
-  async lastReservedIP(rangeIndex: number): Promise<IPAddr | null> {
+  lastReservedIP(rangeIndex: number): IPAddr | null {
     try {
       return IPAddr.tryParse(readFileSync(join(this.dir, LAST_IP_PREFIX + String(rangeIndex)), 'utf8'));
     } catch {
@@ -177,7 +178,7 @@ export class DiskStore {
   }
 
   /** Removes a reservation file; one that is already gone is fine. */
-  async release(file: string): Promise<void> {
+  release(file: string): void {
     try {
       unlinkSync(join(this.dir, file));
     } catch (e) {

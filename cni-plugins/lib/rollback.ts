@@ -4,11 +4,14 @@
 import { errorMessage } from '../../src/util/errors.js';
 import { CniError, ErrorCode } from '../skel/types.js';
 
+/** A clean-up step: asynchronous, or synchronous (its throw counts as its failure). */
+export type Step = () => Promise<unknown> | void;
+
 /** Undo steps of an ADD, run newest first; their failures are collected, not thrown. */
 export class Undo {
-  private readonly steps: Array<{ what: string; run: () => Promise<unknown> }> = [];
+  private readonly steps: Array<{ what: string; run: Step }> = [];
 
-  push(what: string, run: () => Promise<unknown>): void {
+  push(what: string, run: Step): void {
     this.steps.push({ what, run });
   }
 
@@ -20,7 +23,7 @@ export class Undo {
 }
 
 /** Runs a best-effort step (undo, DEL): its failure goes to `errors` as "<what>: <message>", not thrown. */
-export async function tryStep(errors: string[], what: string, run: () => Promise<unknown>): Promise<void> {
+export async function tryStep(errors: string[], what: string, run: Step): Promise<void> {
   try {
     await run();
   } catch (e) {

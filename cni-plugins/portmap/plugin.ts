@@ -23,6 +23,7 @@ import {
 } from './rules.js';
 import { enableRouteLocalnet, findBinary, flushUdpConntrack, warn } from './sys.js';
 import { errorMessage } from '../../src/util/errors.js';
+import { fromSync } from '../lib/promise.js';
 
 const FAMILIES: readonly Family[] = [4, 6];
 const ipv = (f: Family): string => (f === 4 ? 'ipv4' : 'ipv6');
@@ -254,11 +255,14 @@ async function gc(req: CniRequest): Promise<void> {
   if (errors.length > 0) throw internal(`could not remove stale port mappings: ${errors.join('; ')}`);
 }
 
-async function status(req: CniRequest): Promise<void> {
-  const conf = configOf(req, '');
-  const tools = conf.backend === 'iptables' ? ['iptables-save', 'iptables-restore'] : ['nft'];
-  const missing = tools.filter((t) => findBinary(t) === null);
-  if (missing.length > 0) throw new CniError(ErrorCode.PluginNotAvailable, `portmap ${conf.backend} backend not available: ${missing.join(', ')} not found`);
+/** STATUS: the backend's programs are on PATH (a synchronous look-up). */
+function status(req: CniRequest): Promise<void> {
+  return fromSync(() => {
+    const conf = configOf(req, '');
+    const tools = conf.backend === 'iptables' ? ['iptables-save', 'iptables-restore'] : ['nft'];
+    const missing = tools.filter((t) => findBinary(t) === null);
+    if (missing.length > 0) throw new CniError(ErrorCode.PluginNotAvailable, `portmap ${conf.backend} backend not available: ${missing.join(', ')} not found`);
+  });
 }
 
 export const portmapPlugin: CniPlugin = { name: 'portmap', add, del, check, gc, status };

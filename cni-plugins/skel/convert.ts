@@ -112,7 +112,7 @@ function ip(text: string | undefined, at: string): string | undefined {
 
 /** Sets `key` only when the value is not Go's zero value (mirrors `omitempty`). */
 function put<T extends object, K extends keyof T>(target: T, key: K, value: T[K] | undefined | '' | 0): void {
-  if (value !== undefined && value !== '' && value !== 0) target[key] = value as T[K];
+  if (value !== undefined && value !== '' && value !== 0) target[key] = value;
 }
 
 function parseInterface(o: Obj, at: string, is1x: boolean): CniInterface {

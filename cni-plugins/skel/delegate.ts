@@ -59,7 +59,7 @@ export class DelegateOutputError extends Error {
 }
 
 /** The first regular executable file `<dir>/<type>` along `path` (reference invoke.FindInPath). */
-export async function findInPath(type: string, path: readonly string[]): Promise<string> {
+export function findInPath(type: string, path: readonly string[]): string {
   if (type === '') throw new DelegateLookupError(type, path, 'no plugin name provided');
   if (type.includes('/') || type === '.' || type === '..' || type.includes('\0')) {
     throw new DelegateLookupError(type, path, `invalid plugin name: ${type}`);
@@ -80,7 +80,7 @@ export async function findInPath(type: string, path: readonly string[]): Promise
 }
 
 /** The bundle name from a weft bundle's marker line, or null for any other file. */
-export async function readBundleMarker(file: string): Promise<string | null> {
+export function readBundleMarker(file: string): string | null {
   let fd: number | undefined;
   try {
     fd = openSync(file, 'r');
@@ -175,9 +175,9 @@ function inProcessPlugin(req: CniRequest, name: string | null): CniPlugin | unde
 
 /** Runs `verb` of delegate `type`; for ADD returns its result in the 1.1.0 shape. */
 async function delegate(req: CniRequest, type: string, stdin: string, verb: Verb): Promise<CniResult | undefined> {
-  const file = await findInPath(type, req.path);
+  const file = findInPath(type, req.path);
   const env = delegateEnv(req, verb);
-  const plugin = registry.size > 0 ? inProcessPlugin(req, await readBundleMarker(file)) : undefined;
+  const plugin = registry.size > 0 ? inProcessPlugin(req, readBundleMarker(file)) : undefined;
 
   if (plugin) {
     let outcome;

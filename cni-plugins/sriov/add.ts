@@ -128,13 +128,13 @@ async function addLocked(deps: SriovDeps, req: CniRequest, conf: SriovConf, at: 
       offload: offloadState,
     };
     const file = stateFile(conf.dataDir, req.containerId, req.ifname);
-    undo.push('remove the state file', async () => removeFile(file));
+    undo.push('remove the state file', () => removeFile(file));
     try {
       writeFileAtomic(file, encodeState(state, req.config));
     } catch (e) {
       throw internalError(`error saving NetConf "${errorMessage(e)}"`);
     }
-    undo.push('remove the PCI allocation', async () => removeFile(pciAllocFile(conf.dataDir, id)));
+    undo.push('remove the PCI allocation', () => removeFile(pciAllocFile(conf.dataDir, id)));
     try {
       saveAllocation(conf.dataDir, id, req.netns);
     } catch (e) {

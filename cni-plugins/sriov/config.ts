@@ -240,8 +240,8 @@ export function loadSriovConf(config: NetConf, cniArgs: ReadonlyMap<string, stri
   const sysfsRoot = absPath('sysfsRoot', str(c, 'sysfsRoot') || env[SYSFS_ENV] || DEFAULT_SYSFS_ROOT);
   const dataDir = absPath('dataDir', str(c, 'dataDir') || env[DATA_DIR_ENV] || DEFAULT_DATA_DIR);
   return {
-    name: String(c.name ?? ''),
-    cniVersion: String(c.cniVersion ?? ''),
+    name: typeof c.name === 'string' ? c.name : '',
+    cniVersion: typeof c.cniVersion === 'string' ? c.cniVersion : '',
     deviceID,
     vlan,
     vlanQoS,

@@ -16,7 +16,7 @@ function pathsOf(config: NetConf, env: CniRequest['env']): { dataDir: string; sy
   const c = config as Record<string, unknown>;
   const pick = (key: string, envKey: string, dflt: string): string => {
     const v = c[key];
-    return typeof v === 'string' && v.startsWith('/') ? v : env[envKey]?.startsWith('/') ? env[envKey]! : dflt;
+    return typeof v === 'string' && v.startsWith('/') ? v : env[envKey]?.startsWith('/') ? env[envKey] : dflt;
   };
   return { dataDir: pick('dataDir', DATA_DIR_ENV, DEFAULT_DATA_DIR), sysfsRoot: pick('sysfsRoot', SYSFS_ENV, DEFAULT_SYSFS_ROOT) };
 }

@@ -140,7 +140,7 @@ export class IpPfVfControl implements PfVfControl {
     const r = await ipBatch([`link show dev ${pf}`], { json: true, details: true });
     if (r.code !== 0) throw new PfReadError(pf, r.message || `ip exited with status ${r.code}`);
     const doc = r.docs[0];
-    const link = Array.isArray(doc) ? doc[0] : undefined;
+    const link: unknown = Array.isArray(doc) ? doc[0] : undefined;
     if (!isRecord(link) || linksOf(r.docs).length === 0) throw new PfReadError(pf, 'Link not found');
     const list = Array.isArray(link.vfinfo_list) ? link.vfinfo_list : [];
     for (const entry of list) {
@@ -217,16 +217,16 @@ export class RecordingPfVfControl implements PfVfControl {
     return `${pf}/${vf}`;
   }
 
-  async read(pf: string, vf: number): Promise<VfConfig | null> {
+  read(pf: string, vf: number): Promise<VfConfig | null> {
     this.calls.push({ op: 'read', pf, vf });
-    return this.vfs.get(RecordingPfVfControl.key(pf, vf)) ?? null;
+    return Promise.resolve(this.vfs.get(RecordingPfVfControl.key(pf, vf)) ?? null);
   }
 
-  async apply(pf: string, vf: number, changes: readonly VfChange[], opts: ApplyOptions = {}): Promise<void> {
+  apply(pf: string, vf: number, changes: readonly VfChange[], opts: ApplyOptions = {}): Promise<void> {
     this.calls.push({ op: 'apply', pf, vf, changes: [...changes] });
     const key = RecordingPfVfControl.key(pf, vf);
     let cfg = this.vfs.get(key);
-    if (!cfg) throw new VfChangeError(pf, vf, changes[0] ?? { kind: 'trust', on: false }, 'no such VF');
+    if (!cfg) return Promise.reject(new VfChangeError(pf, vf, changes[0] ?? { kind: 'trust', on: false }, 'no such VF'));
     let first: VfChangeError | null = null;
     for (const c of changes) {
       if (this.refuse && this.refuse.kind === c.kind) {
@@ -237,7 +237,7 @@ export class RecordingPfVfControl implements PfVfControl {
       cfg = applyOne(cfg, c);
     }
     this.vfs.set(key, cfg);
-    if (first) throw first;
+    return first ? Promise.reject(first) : Promise.resolve();
   }
 
   snapshot(): RecordingPfState {

@@ -19,7 +19,8 @@
 // (libs.md bug 1); it is further capped by what the socket's actual receive buffer can hold.
 import { Protocol, RawNetlinkSocket, type ErrnoException, type MessageInfo } from 'netlink';
 
-import { describeOp, errnoName, InvalidOpError, toNetlinkError, writeOp } from './codec.js';
+import { errnoName, toNetlinkError } from './codec.js';
+import { describeOp, InvalidOpError, writeOp } from './ops.js';
 import { NetlinkError, type NetlinkOp } from './types.js';
 import { forEachMessage, MessageWriter, NLM_F_ACK, NLMSG_ERROR, type ReplyHeader } from './wire.js';
 
@@ -116,7 +117,7 @@ export class BatchSocket {
   submit(job: BatchJob): void {
     if (job.ops.length === 0) return;
     if (this.dead) {
-      for (let i = 0; i < job.ops.length; i++) job.settle(i, perOp(this.dead, job.ops[i]!));
+      for (let i = 0; i < job.ops.length; i++) job.settle(i, perOp(this.dead, job.ops[i]));
       return;
     }
     this.queue.push({ job, next: 0 });
@@ -137,7 +138,7 @@ export class BatchSocket {
     this.queueHead = 0;
     this.queuedOps = 0;
     for (const q of queued) {
-      for (let i = q.next; i < q.job.ops.length; i++) q.job.settle(i, perOp(err, q.job.ops[i]!));
+      for (let i = q.next; i < q.job.ops.length; i++) q.job.settle(i, perOp(err, q.job.ops[i]));
     }
     this.setRef(false);
   }
@@ -262,7 +263,7 @@ export class BatchSocket {
         // ACKed, or (tail-ACK mode) not answered before the pack's last message was: success.
         job.settle(index, null);
       } else {
-        job.settle(index, perOp(err, job.ops[index]!));
+        job.settle(index, perOp(err, job.ops[index]));
       }
     }
     this.pump();

@@ -22,15 +22,14 @@ export {
   type Watch,
 } from './types.js';
 export { InvalidMacError, isValidMac, parseMac } from '../util/mac.js';
-export { describeOp } from './codec.js';
+export { describeOp } from './ops.js';
 export {
   DEFAULT_MAX_IN_FLIGHT,
   DEFAULT_PACK_SIZE,
   DEFAULT_REQUEST_TIMEOUT_MS,
-  isValidIfName,
-  Netlink,
   SOCKET_BUFFER_BYTES,
   type NetlinkOptions,
-  type NexthopFilter,
-  type RouteFilter,
-} from './netlink.js';
+} from './connection.js';
+export { isValidIfName } from './links.js';
+export { type NexthopFilter, type RouteFilter } from './addresses-routes.js';
+export { Netlink } from './netlink.js';

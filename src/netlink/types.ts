@@ -78,7 +78,7 @@ export interface RouteEntry {
   protocol: number;
   table: number;
   /** Lower-case RTN_* name ("unicast", "blackhole", "local", ...), or the number as text if unknown. */
-  type: 'unicast' | 'blackhole' | string;
+  type: string;
   scope: number;
   /**
    * RTA_NH_ID: the nexthop object the route forwards through, or null. For such a route

@@ -63,7 +63,7 @@ function textValue(value: unknown): string {
   else if (value instanceof Error) s = value.message;
   else if (value instanceof Date) s = value.toISOString();
   else if (value !== null && typeof value === 'object') {
-    if (hasOwnToString(value)) s = String(value);
+    if (hasOwnToString(value)) s = (value as { toString(): string }).toString();
     else {
       // JSON is already delimited; quote it only when it holds whitespace (inside its strings).
       const json = safeStringify(value);

@@ -241,7 +241,7 @@ export class Cluster {
 
   async destroy(): Promise<void> {
     // Everything is removed even when a daemon hangs; the hang is reported afterwards.
-    const stops = await Promise.allSettled(this.hosts.map((h) => h.weftd?.stop()));
+    const stops = await Promise.allSettled(this.hosts.map((h) => h.weftd?.stop() ?? Promise.resolve()));
     const etcd = this.etcdProc;
     if (etcd && etcd.exitCode === null && etcd.signalCode === null) {
       const exited = new Promise((resolve) => etcd.once('exit', resolve));

@@ -96,7 +96,7 @@ export function cniEnv(opts: RunCniOptions): Record<string, string> {
 export function runCni(opts: RunCniOptions, stdin: string): Promise<CniRun> {
   const [cmd, args] = opts.hostNs ? ['ip', ['netns', 'exec', opts.hostNs, opts.bin]] : [opts.bin, []];
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args as string[], { env: cniEnv(opts), stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(cmd, args, { env: cniEnv(opts), stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));

@@ -34,7 +34,7 @@ function run(bin: string, command: string, config: object, containerId = '', ifn
 /** A result or error as comparable JSON: Debian 1.1.1 prints an empty `dns: {}`, current code omits it. */
 function normalise(r: RunResult): unknown {
   const j = r.json as Record<string, unknown> | undefined;
-  if (j && typeof j === 'object' && j['dns'] && Object.keys(j['dns'] as object).length === 0) {
+  if (j && typeof j === 'object' && j['dns'] && Object.keys(j['dns']).length === 0) {
     const { dns: _dns, ...rest } = j;
     return { exit: r.exitCode, ...rest };
   }

@@ -116,7 +116,7 @@ describe('sriov plugin, OVS hardware-offload mode (integration: ovs backend in n
   });
 
   after(async function () {
-    await Promise.allSettled(cluster?.hosts.map((h) => h.weftd?.stop()) ?? []);
+    await Promise.allSettled(cluster?.hosts.map((h) => h.weftd?.stop() ?? Promise.resolve()) ?? []);
     await Promise.allSettled(instances.map((o) => o.stop()));
     await cluster?.destroy();
     if (binTmp) await rm(binTmp, { recursive: true, force: true });

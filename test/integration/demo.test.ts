@@ -78,7 +78,7 @@ function ovsPids(stdout: string): Map<string, { ovsdbServer: number; vswitchd: n
 /** The names of the links in this (the machine's own) namespace. */
 async function rootLinks(): Promise<string[]> {
   const out = await new Promise<string>((resolve, reject) => {
-    execFile('ip', ['-j', 'link', 'show'], (err, stdout) => (err ? reject(err) : resolve(stdout)));
+    execFile('ip', ['-j', 'link', 'show'], (err, stdout) => (err ? reject(new Error(err.message)) : resolve(stdout)));
   });
   return (JSON.parse(out) as { ifname: string }[]).map((l) => l.ifname).sort();
 }

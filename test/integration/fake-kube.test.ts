@@ -30,7 +30,7 @@ class WatchReader {
       const dec = new TextDecoder();
       let buf = '';
       for await (const chunk of res.body) {
-        buf += dec.decode(chunk, { stream: true });
+        buf += dec.decode(chunk as Uint8Array, { stream: true });
         let nl: number;
         while ((nl = buf.indexOf('\n')) >= 0) {
           this.events.push(JSON.parse(buf.slice(0, nl)) as WatchEvent);
@@ -55,8 +55,9 @@ class WatchReader {
 function meta(o: Json | undefined): JsonObject {
   return typeof o === 'object' && o !== null && !Array.isArray(o) && typeof o.metadata === 'object' && o.metadata !== null && !Array.isArray(o.metadata) ? o.metadata : {};
 }
-const name = (o: Json | undefined): string => String(meta(o).name ?? '');
-const rv = (o: Json | undefined): string => String(meta(o).resourceVersion ?? '');
+const text = (v: Json | undefined): string => (typeof v === 'string' ? v : JSON.stringify(v ?? ''));
+const name = (o: Json | undefined): string => text(meta(o).name);
+const rv = (o: Json | undefined): string => text(meta(o).resourceVersion);
 
 async function call(
   url: string,
@@ -108,8 +109,8 @@ describe('fake kube-apiserver', function () {
       const a = json.items[0] as JsonObject;
       assert.equal(a.kind, undefined); // as on a real server: only the list has kind/apiVersion
       assert.deepEqual(a.spec, { podCIDR: '10.244.0.0/24', podCIDRs: ['10.244.0.0/24'] });
-      assert.match(String(meta(a).uid), /^[0-9a-f-]{36}$/);
-      assert.match(String(meta(a).creationTimestamp), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+      assert.match(text(meta(a).uid), /^[0-9a-f-]{36}$/);
+      assert.match(text(meta(a).creationTimestamp), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
     });
 
     it('filters by labelSelector and fieldSelector', async () => {
@@ -140,7 +141,7 @@ describe('fake kube-apiserver', function () {
       assert.equal(m.resourceVersion, '503');
       assert.equal(m.remainingItemCount, 1);
       fake.nodes.delete('node-c'); // the continuation still sees the snapshot at 503
-      const p2 = await call(`${fake.url}/api/v1/nodes?limit=2&continue=${encodeURIComponent(String(m.continue))}`, 'GET');
+      const p2 = await call(`${fake.url}/api/v1/nodes?limit=2&continue=${encodeURIComponent(text(m.continue))}`, 'GET');
       assert.deepEqual((p2.json.items as Json[]).map(name), ['node-c']);
       assert.deepEqual(p2.json.metadata, { resourceVersion: '503' });
     });
@@ -427,7 +428,7 @@ describe('fake kube-apiserver', function () {
       const node = fake.nodes.get('node-a');
       assert.ok(node);
       (node.status as JsonObject).conditions = [];
-      (meta(node) as JsonObject).resourceVersion = '1';
+      (meta(node)).resourceVersion = '1';
       const stale = await call(nodeUrl('/status'), 'PUT', node);
       assert.equal(stale.status, 409);
       assert.equal(stale.json.reason, 'Conflict');

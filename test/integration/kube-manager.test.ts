@@ -133,7 +133,7 @@ describe('KubeSubnetManager against the fake API server', function () {
     return fake.nodes
       .list()
       .filter((n) => ((n.metadata as JsonObject).annotations as Record<string, string> | undefined)?.[`${P}kube-subnet-manager`] === 'true')
-      .map((n) => `${String((n.spec as JsonObject).podCIDR).replace('/', '-')}`)
+      .map((n) => ((n.spec as JsonObject).podCIDR as string).replace('/', '-'))
       .sort();
   }
 

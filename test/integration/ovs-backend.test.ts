@@ -78,7 +78,7 @@ describe('ovs backend (integration: OVS netdev datapath in namespaces, etcd, wef
 
   after(async function () {
     // Daemons first (weftd, then OVS), namespaces last, even when a step fails.
-    await Promise.allSettled(cluster?.hosts.map((h) => h.weftd?.stop()) ?? []);
+    await Promise.allSettled(cluster?.hosts.map((h) => h.weftd?.stop() ?? Promise.resolve()) ?? []);
     await Promise.allSettled(nodes.map((n) => n.ovs.stop()));
     await cluster?.destroy();
   });

@@ -56,7 +56,7 @@ describe('weft trace: ovs backend (OVS netdev datapath in namespaces, etcd, weft
   });
 
   after(async function () {
-    await Promise.allSettled(cluster?.hosts.map((h) => h.weftd?.stop()) ?? []);
+    await Promise.allSettled(cluster?.hosts.map((h) => h.weftd?.stop() ?? Promise.resolve()) ?? []);
     await Promise.allSettled(nodes.map((n) => n.ovs.stop()));
     await cluster?.destroy();
   });

@@ -22,7 +22,7 @@ function show(batch: readonly LeaseEvent[] | null): string[] | null {
   if (batch === null) return null;
   return batch.map((e) => {
     const data = e.lease.attrs.backendData;
-    const mac = data !== null && typeof data === 'object' && !Array.isArray(data) ? String(data.VtepMAC) : '-';
+    const mac = data !== null && typeof data === 'object' && !Array.isArray(data) && typeof data.VtepMAC === 'string' ? data.VtepMAC : '-';
     const v6 = e.lease.ipv6Subnet ? `&${e.lease.ipv6Subnet.toString()}` : '';
     return `${e.type} ${e.lease.subnet?.toString()}${v6} ${mac}`;
   });

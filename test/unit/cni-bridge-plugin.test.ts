@@ -82,7 +82,7 @@ describe('bridge plugin verbs (no kernel)', () => {
   it('CHECK needs the netns before asking IPAM', async () => {
     const calls: Call[] = [];
     const out = await invoke(createBridgePlugin({ ipam: fakeIpam(calls) }), env('CHECK', { CNI_NETNS: MISSING }), JSON.stringify(CONF));
-    assert.equal(JSON.parse(out.stdout).msg, `failed to open netns "${MISSING}": failed to Statfs "${MISSING}": no such file or directory`);
+    assert.equal((JSON.parse(out.stdout) as { msg: string }).msg, `failed to open netns "${MISSING}": failed to Statfs "${MISSING}": no such file or directory`);
     assert.deepEqual(calls, []);
   });
 

@@ -31,22 +31,22 @@ describe('flannel CNI: state files', () => {
 
   it('writes 0600 files in a created 0700 directory, replaces, reads back and removes', async () => {
     const dataDir = join(root, 'a', 'b');
-    await writeState(dataDir, 'c1', '{"type":"bridge"}');
+    writeState(dataDir, 'c1', '{"type":"bridge"}');
     assert.equal((await stat(dataDir)).mode & 0o777, 0o700);
     assert.equal((await stat(join(dataDir, 'c1'))).mode & 0o777, 0o600);
-    await writeState(dataDir, 'c1', '{"type":"ipvlan"}');
-    assert.equal(await readState(dataDir, 'c1'), '{"type":"ipvlan"}');
+    writeState(dataDir, 'c1', '{"type":"ipvlan"}');
+    assert.equal(readState(dataDir, 'c1'), '{"type":"ipvlan"}');
     assert.deepEqual(await readdir(dataDir), ['c1']);
-    await removeState(dataDir, 'c1');
-    await removeState(dataDir, 'c1');
-    assert.equal(await readState(dataDir, 'c1'), null);
-    assert.equal(await readState(join(root, 'missing'), 'c1'), null);
+    removeState(dataDir, 'c1');
+    removeState(dataDir, 'c1');
+    assert.equal(readState(dataDir, 'c1'), null);
+    assert.equal(readState(join(root, 'missing'), 'c1'), null);
   });
 
   it('a write that cannot happen is a StateFileError and leaves no temp file', async () => {
     const blocker = join(root, 'file');
     await writeFile(blocker, 'x');
-    await assert.rejects(writeState(blocker, 'c1', '{}'), (e: unknown) => {
+    assert.throws(() => writeState(blocker, 'c1', '{}'), (e: unknown) => {
       assert.ok(e instanceof StateFileError);
       assert.equal(e.path, join(blocker, 'c1'));
       assert.equal(e.operation, 'write');
@@ -55,19 +55,19 @@ describe('flannel CNI: state files', () => {
     });
     const dataDir = join(root, 'd');
     await mkdir(join(dataDir, 'c2'), { recursive: true }); // a directory where the file should go
-    await assert.rejects(writeState(dataDir, 'c2', '{}'), StateFileError);
+    assert.throws(() => writeState(dataDir, 'c2', '{}'), StateFileError);
     assert.deepEqual(await readdir(dataDir), ['c2']);
-    await assert.rejects(readState(dataDir, 'c2'), { name: 'StateFileError', operation: 'read' });
+    assert.throws(() => readState(dataDir, 'c2'), { name: 'StateFileError', operation: 'read' });
   });
 
   it('lists container files and leftover temp files, ignoring anything else', async () => {
     const dataDir = join(root, 'd');
-    assert.deepEqual(await listState(dataDir), { containerIds: [], tempFiles: [] });
+    assert.deepEqual(listState(dataDir), { containerIds: [], tempFiles: [] });
     await mkdir(join(dataDir, 'subdir'), { recursive: true });
     for (const f of ['b2', 'a1', '.a1.tmp-12-beef', '.other', 'x~y']) await writeFile(join(dataDir, f), '');
-    assert.deepEqual(await listState(dataDir), { containerIds: ['a1', 'b2'], tempFiles: ['.a1.tmp-12-beef'] });
-    await removeTempFile(dataDir, '.a1.tmp-12-beef');
-    await assert.rejects(removeTempFile(dataDir, 'a1'), RangeError);
+    assert.deepEqual(listState(dataDir), { containerIds: ['a1', 'b2'], tempFiles: ['.a1.tmp-12-beef'] });
+    removeTempFile(dataDir, '.a1.tmp-12-beef');
+    assert.throws(() => removeTempFile(dataDir, 'a1'), RangeError);
     assert.deepEqual((await readdir(dataDir)).sort(), ['.other', 'a1', 'b2', 'subdir', 'x~y']);
     assert.equal(await readFile(join(dataDir, 'a1'), 'utf8'), '');
   });

@@ -2,14 +2,13 @@
 // weft's keys (ovs, sysfsRoot, dataDir).
 import assert from 'node:assert/strict';
 import { loadSriovConf } from '../../cni-plugins/sriov/config.js';
-import type { NetConf } from '../../cni-plugins/skel/types.js';
 import { assertCniError } from '../helpers/cni-assert.js';
 
 const BASE = { cniVersion: '1.0.0', name: 'sriov-net', type: 'sriov', deviceID: '0000:AF:06.0' };
 const LOAD = 'SRIOV-CNI failed to load netconf: LoadConf():';
 
 function load(extra: Record<string, unknown> = {}, args: Record<string, string> = {}, env: Record<string, string> = {}) {
-  return loadSriovConf({ ...BASE, ...extra } as NetConf, new Map(Object.entries(args)), env);
+  return loadSriovConf({ ...BASE, ...extra }, new Map(Object.entries(args)), env);
 }
 
 describe('sriov config', () => {

@@ -28,7 +28,7 @@ function keyOnly(subnet: string | null, v6?: string): Pick<Lease, 'subnet' | 'ip
 function show(batch: readonly LeaseEvent[]): string[] {
   return batch.map((e) => {
     const data = e.lease.attrs.backendData;
-    const mac = data !== null && typeof data === 'object' && !Array.isArray(data) ? String(data.VtepMAC) : '-';
+    const mac = data !== null && typeof data === 'object' && !Array.isArray(data) && typeof data.VtepMAC === 'string' ? data.VtepMAC : '-';
     const nets = [e.lease.subnet?.toString(), e.lease.ipv6Subnet?.toString()].filter(Boolean).join('&');
     return `${e.type} ${nets} ${mac}`;
   });

@@ -1,9 +1,9 @@
 // flannel's host-gw backend: one route per peer subnet via the peer's public IP on the external
 // interface. Needs L2 adjacency, so it refuses a public IP that is not the interface's own (NAT).
 import { IPAddr, type IPNet } from '../../util/ip.js';
-import type { Lease, LeaseAttrs } from '../../subnet/lease.js';
+import type { Lease } from '../../subnet/lease.js';
 import { Netlink } from '../../netlink/index.js';
-import type { Backend, BackendContext } from '../backend.js';
+import type { Backend, BackendContext, Prepared } from '../backend.js';
 import type { RouteSpec } from '../kernel/diff.js';
 import { program } from '../kernel/programmer.js';
 import { PeerFilter } from '../peers.js';
@@ -40,16 +40,16 @@ export class HostGwBackend implements Backend {
     this.filter = new PeerFilter(ctx.logger);
   }
 
-  async prepare(): Promise<{ attrs: LeaseAttrs; mtu: number }> {
+  prepare(): Promise<Prepared> {
     const { extIface, config } = this.ctx;
-    return {
+    return Promise.resolve({
       attrs: {
         publicIP: extIface.extAddr ?? IPAddr.parse('0.0.0.0'),
         publicIPv6: config.enableIPv6 ? extIface.extV6Addr : null,
         backendType: 'host-gw',
       },
       mtu: extIface.mtu,
-    };
+    });
   }
 
   async start(): Promise<void> {}

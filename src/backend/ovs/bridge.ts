@@ -96,7 +96,7 @@ async function ofportOf(ovs: OvsClient, iface: string): Promise<number> {
 type OvsdbValue = string | number | boolean | ['map', [string, string][]] | ['set', unknown[]] | ['uuid', string];
 
 function mapOf(v: OvsdbValue | undefined): Map<string, string> {
-  return Array.isArray(v) && v[0] === 'map' ? new Map(v[1]) : new Map();
+  return Array.isArray(v) && v[0] === 'map' ? new Map(v[1]) : new Map<string, string>();
 }
 
 /** The bridge's pod ports: interfaces with weft's external_ids and an ofport. Malformed rows are skipped. */

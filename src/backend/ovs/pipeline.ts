@@ -7,7 +7,7 @@
 // drifted. Every flow carries a cookie `round << 48 | category << 40 | object id`: the round tells
 // a restart's flows from the previous run's, the category and id name the node, peer or pod a
 // flow belongs to (the CNI plugin deletes a pod's flows by that cookie).
-import { IPAddr, IPNet } from '../../util/ip.js';
+import { type IPAddr, type IPNet } from '../../util/ip.js';
 
 export const TABLES = { classifier: 0, spoofGuard: 10, arpResponder: 20, l3Forwarding: 30, l2Forwarding: 40, output: 50 } as const;
 export type Table = keyof typeof TABLES;
@@ -155,7 +155,7 @@ class FlowSet {
   readonly flows: Flow[] = [];
   constructor(private readonly cookie: bigint) {}
   add(table: Table, priority: number, match: readonly (Match | Match[])[], actions: readonly (Action | Action[])[]): this {
-    this.flows.push({ table, priority, match: match.flat() as Match[], actions: actions.flat() as Action[], cookie: this.cookie });
+    this.flows.push({ table, priority, match: match.flat(), actions: actions.flat(), cookie: this.cookie });
     return this;
   }
 }

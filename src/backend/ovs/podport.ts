@@ -3,7 +3,7 @@
 // detach = remove the flows (by the pod's cookie) and the port. Both run under the flow lock the
 // daemon holds while it rewrites the table, so neither undoes the other. The daemon rebuilds the
 // same flows from the same external_ids on every pass, so what is installed here is never drift.
-import { IPAddr } from '../../util/ip.js';
+import { type IPAddr } from '../../util/ip.js';
 import { withFileLock } from '../../util/flock.js';
 import type { OvsClient } from '../../ovs/cli.js';
 import { flowLockPath, parseRound, POD_IDS, ROUND_KEY } from './bridge.js';

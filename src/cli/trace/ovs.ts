@@ -228,7 +228,7 @@ export function cookieOwner(cookie: string | null, peerLease: (network: IPAddr) 
   if (cookie === null) return "not weft's";
   const c = BigInt(cookie);
   const round = c >> 48n;
-  const category = Number((c >> 40n) & 0xffn);
+  const category = Number((c >> 40n) & 0xffn) as Category;
   const id = c & 0xffffffffffn;
   if (round === 0n) return "not weft's";
   if (category === Category.Pipeline) return 'node';

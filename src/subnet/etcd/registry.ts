@@ -74,12 +74,14 @@ export class EtcdRegistry implements Registry {
    * later watch creation on that client hangs. A fresh client authenticates again.
    */
   private reconnect(reason: string): Promise<void> {
-    this.reconnecting ??= (async () => {
-      this.logger.warn('reconnecting to etcd', { reason });
-      const old = this.current;
-      this.current = new Etcd3(clientOptions(this.opts, this.logger));
-      retire(old);
-    })().finally(() => (this.reconnecting = null));
+    this.reconnecting ??= Promise.resolve()
+      .then(() => {
+        this.logger.warn('reconnecting to etcd', { reason });
+        const old = this.current;
+        this.current = new Etcd3(clientOptions(this.opts, this.logger));
+        retire(old);
+      })
+      .finally(() => (this.reconnecting = null));
     return this.reconnecting;
   }
 

@@ -265,12 +265,12 @@ export function jsonPatch(doc: Json, ops: Json): Json {
         break;
       case 'move': {
         const from = pointer(raw.from, op);
-        const v = removeAt(out, from, String(raw.from));
+        const v = removeAt(out, from, JSON.stringify(raw.from));
         out = addAt(out, tokens, pathText, v, false);
         break;
       }
       case 'copy': {
-        const v = clone(getAt(out, pointer(raw.from, op), String(raw.from)));
+        const v = clone(getAt(out, pointer(raw.from, op), JSON.stringify(raw.from)));
         out = addAt(out, tokens, pathText, v, false);
         break;
       }
