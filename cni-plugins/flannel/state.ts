@@ -7,6 +7,7 @@
 import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytesSync } from '../skel/random.js';
+import { errnoCode } from '../../src/util/errors.js';
 
 /** CNI_CONTAINERID's grammar (skel): no "/", cannot start with "." — safe as a file name. */
 const CONTAINER_ID = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
@@ -79,7 +80,7 @@ export function readState(dataDir: string, containerId: string): string | null {
   try {
     return readFileSync(path, 'utf8');
   } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
+    const code = errnoCode(e);
     if (code === 'ENOENT' || code === 'ENOTDIR') return null;
     throw new StateFileError(path, 'read', e);
   }
@@ -91,7 +92,7 @@ export function removeState(dataDir: string, containerId: string): void {
   try {
     unlinkSync(path);
   } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
+    const code = errnoCode(e);
     if (code === 'ENOENT' || code === 'ENOTDIR') return;
     throw new StateFileError(path, 'remove', e);
   }
@@ -110,7 +111,7 @@ export function listState(dataDir: string): StateListing {
   try {
     entries = readdirSync(dataDir, { withFileTypes: true });
   } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
+    const code = errnoCode(e);
     if (code === 'ENOENT' || code === 'ENOTDIR') return { containerIds: [], tempFiles: [] };
     throw new StateFileError(dataDir, 'list', e);
   }

@@ -22,6 +22,7 @@ import {
 import { listState, readState, removeState, removeTempFile, StateFileError, writeState } from './state.js';
 import { SubnetEnvError } from '../../src/subnetenv/format.js';
 import { loadSubnetEnv } from '../../src/subnetenv/read.js';
+import { errorMessage } from '../../src/util/errors.js';
 
 export type Delegates = SkelDelegates;
 
@@ -31,7 +32,7 @@ function rawConfig(req: CniRequest): JsonObject {
   try {
     raw = JSON.parse(req.stdin);
   } catch (e) {
-    throw new CniError(ErrorCode.DecodeFailure, `failed to parse network config: ${(e as Error).message}`);
+    throw new CniError(ErrorCode.DecodeFailure, `failed to parse network config: ${errorMessage(e)}`);
   }
   if (!isJsonObject(raw)) throw new CniError(ErrorCode.DecodeFailure, 'network config must be a JSON object');
   return raw;

@@ -111,7 +111,7 @@ export interface HostBatchSpec {
   readonly ifname: string;
   /** 0: kernel default. */
   readonly mtu: number;
-  /** netdev datapath: the node kernel must not answer ARP on the veth (ovs.md A.2 item 2). */
+  /** netdev datapath: the node kernel must not answer ARP on the veth (OVS answers it). */
   readonly arpOff: boolean;
   /** Where the peer goes (the pod netns as the `ip` child sees it, e.g. /proc/self/fd/3). */
   readonly peerNetns: string;

@@ -112,7 +112,7 @@ async function configurePod(req: CniRequest, a: PodAddressing, pending: PendingP
 
 /**
  * netdev only: a veth with TX checksum offload hands OVS's userspace datapath packets with
- * unfinished checksums (TCP fails, ICMP works; ovs.md A.2 item 4). Antrea does the same.
+ * unfinished checksums (TCP fails, ICMP works). Antrea does the same.
  */
 async function txChecksumOff(ns: NetnsHandle, ifname: string): Promise<void> {
   const args = [`--net=${NetnsHandle.CHILD_PATH}`, 'ethtool', '-K', ifname, 'tx', 'off'];

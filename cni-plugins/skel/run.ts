@@ -34,7 +34,7 @@ import {
   type NetConf,
 } from './types.js';
 import { checkSupported, versionAtLeast } from './version.js';
-import { errorMessage } from '../../src/util/errors.js';
+import { errnoCode, errorMessage } from '../../src/util/errors.js';
 
 // Replaced by the bundler (cni-plugins/build.ts) with package.json's version.
 declare const __WEFT_VERSION__: string | undefined;
@@ -255,7 +255,7 @@ async function readStdin(): Promise<string> {
     // One read(2) loop, no stream set-up: the cheapest way on a pipe or file.
     return readFileSync(0, 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EAGAIN') throw err;
+    if (errnoCode(err) !== 'EAGAIN') throw err;
   }
   // A non-blocking stdin (inherited from some parents): fall back to the stream.
   const chunks: Buffer[] = [];

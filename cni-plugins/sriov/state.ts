@@ -10,7 +10,7 @@
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { VfConfig, VfLinkState, VlanProto } from '../../src/netlink/vf.js';
-import { errorMessage } from '../../src/util/errors.js';
+import { errnoCode, errorMessage } from '../../src/util/errors.js';
 import { NetnsHandle } from '../lib/netns.js';
 import { internalError } from '../lib/rollback.js';
 import { withFileLock } from '../skel/lock.js';
@@ -238,7 +238,7 @@ export function readStateText(path: string): string | null {
   try {
     return readFileSync(path, 'utf8');
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    if (errnoCode(e) === 'ENOENT') return null;
     throw e;
   }
 }
@@ -252,7 +252,7 @@ export function readAllocation(dataDir: string, pci: string): string | null {
   try {
     return readFileSync(pciAllocFile(dataDir, pci), 'utf8');
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    if (errnoCode(e) === 'ENOENT') return null;
     throw e;
   }
 }

@@ -4,6 +4,7 @@ import { chmod, copyFile, mkdir, readdir, rename, rm, stat } from 'node:fs/promi
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { existsSync } from 'node:fs';
+import { errorMessage } from '../util/errors.js';
 
 export const CNI_PLUGIN_NAMES = ['bridge', 'flannel', 'host-local', 'portmap', 'sriov', 'weft-ovs'] as const;
 
@@ -43,7 +44,7 @@ export async function installCni(source: string, dest: string): Promise<string[]
       await rename(tmp, target);
     } catch (e) {
       await rm(tmp, { force: true });
-      throw new InstallCniError(`installing ${name} into ${dest}: ${(e as Error).message}`);
+      throw new InstallCniError(`installing ${name} into ${dest}: ${errorMessage(e)}`);
     }
     if (!(await stat(target)).isFile()) throw new InstallCniError(`${target} is not a file`);
     out.push(target);

@@ -1,6 +1,7 @@
 // `weft status`: this node's lease, backend, repairs and rule keeper, read from the running weftd's
 // /status endpoint (served with --healthz-port) and shown as text or JSON.
 import { STATUS_KIND, STATUS_VERSION, type StatusSnapshot, type TimedError } from '../daemon/status.js';
+import { errorMessage } from '../util/errors.js';
 
 export const DEFAULT_STATUS_ENDPOINT = 'http://127.0.0.1:8081';
 const TIMEOUT_MS = 5000;
@@ -77,7 +78,7 @@ export async function fetchStatus(endpoint: string, opts: { peers?: boolean; tim
   try {
     doc = JSON.parse(body);
   } catch (e) {
-    throw new StatusResponseError(url, `invalid JSON: ${(e as Error).message}`);
+    throw new StatusResponseError(url, `invalid JSON: ${errorMessage(e)}`);
   }
   return parseStatus(doc, url);
 }
@@ -155,7 +156,7 @@ export async function statusCommand(args: StatusCommandArgs, out: NodeJS.Writabl
   try {
     s = await fetchStatus(args.endpoint);
   } catch (e) {
-    err.write(`weft status: ${(e as Error).message}\n`);
+    err.write(`weft status: ${errorMessage(e)}\n`);
     return 1;
   }
   out.write(args.output === 'json' ? `${JSON.stringify(s, null, 2)}\n` : renderStatus(s));

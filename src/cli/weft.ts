@@ -10,6 +10,7 @@ import { defaultBundleDir, installCni } from './install-cni.js';
 import { leaseRow, renderTable, sortRows } from './leases-table.js';
 import { DEFAULT_STATUS_ENDPOINT, statusCommand } from './status.js';
 import { PROTOS, traceCommand } from './trace/command.js';
+import { errorMessage } from '../util/errors.js';
 
 async function leasesCommand(args: EtcdFlags & { output: 'table' | 'json' }): Promise<number> {
   let manager: EtcdSubnetManager;
@@ -20,7 +21,7 @@ async function leasesCommand(args: EtcdFlags & { output: 'table' | 'json' }): Pr
       logger: createLogger({ level: 'error' }),
     });
   } catch (e) {
-    process.stderr.write(`weft leases: ${(e as Error).message}\n`);
+    process.stderr.write(`weft leases: ${errorMessage(e)}\n`);
     return 2;
   }
   try {
@@ -28,7 +29,7 @@ async function leasesCommand(args: EtcdFlags & { output: 'table' | 'json' }): Pr
     process.stdout.write(args.output === 'json' ? `${JSON.stringify(rows, null, 2)}\n` : renderTable(rows));
     return 0;
   } catch (e) {
-    process.stderr.write(`weft leases: ${(e as Error).message}\n`);
+    process.stderr.write(`weft leases: ${errorMessage(e)}\n`);
     return 1;
   } finally {
     await manager.close();
@@ -98,7 +99,7 @@ async function main(argv: string[]): Promise<number> {
           try {
             for (const p of await installCni(a.source, a.dest)) process.stdout.write(`installed ${p}\n`);
           } catch (e) {
-            process.stderr.write(`weft install-cni: ${(e as Error).message}\n`);
+            process.stderr.write(`weft install-cni: ${errorMessage(e)}\n`);
             code = 1;
           }
         },
@@ -150,7 +151,7 @@ async function main(argv: string[]): Promise<number> {
       })
       .parseAsync();
   } catch (e) {
-    process.stderr.write(`weft: ${(e as Error).message}\n`);
+    process.stderr.write(`weft: ${errorMessage(e)}\n`);
     return 2;
   }
   return code;

@@ -15,6 +15,7 @@ import { AbortedError } from '../util/backoff.js';
 import { createLogger } from '../util/log.js';
 import { VERSION } from '../version.js';
 import { buildParser, etcdConnectOptions, parseFlags } from './flags.js';
+import { errorMessage } from '../util/errors.js';
 
 type Flags = ReturnType<typeof parseFlags>;
 
@@ -81,7 +82,7 @@ async function main(argv: string[]): Promise<number> {
   try {
     flags = parseFlags(argv);
   } catch (e) {
-    process.stderr.write(`weftd: ${(e as Error).message}\n`);
+    process.stderr.write(`weftd: ${errorMessage(e)}\n`);
     return 2;
   }
   if (flags.help) {
@@ -104,7 +105,7 @@ async function main(argv: string[]): Promise<number> {
       logger.error(e.message);
       return 1;
     }
-    process.stderr.write(`weftd: ${(e as Error).message}\n`);
+    process.stderr.write(`weftd: ${errorMessage(e)}\n`);
     return 2;
   }
   const rules = new RulesManager({

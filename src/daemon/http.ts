@@ -1,10 +1,11 @@
-// Health and metrics HTTP server. /healthz and /readyz follow flannel's mustRunHealthz (flannel.md §4);
+// Health and metrics HTTP server. /healthz and /readyz follow flannel's mustRunHealthz (main.go);
 // /metrics and /status (the JSON snapshot `weft status` reads) are weft's additions.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../util/log.js';
 import type { DaemonMetrics } from './metrics.js';
 import type { StatusOptions, StatusSnapshot } from './status.js';
+import { errnoCode, errorMessage } from '../util/errors.js';
 
 export interface HealthServerOptions {
   host: string;
@@ -78,9 +79,9 @@ export class HealthServer {
       });
     } catch (err) {
       this.server = undefined;
-      const code = (err as NodeJS.ErrnoException).code;
+      const code = errnoCode(err) ?? undefined;
       throw new HealthServerError(
-        `cannot listen on ${joinHostPort(host, port)}: ${code ?? (err as Error).message}`,
+        `cannot listen on ${joinHostPort(host, port)}: ${code ?? errorMessage(err)}`,
         host,
         port,
         code,

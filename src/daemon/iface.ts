@@ -306,7 +306,7 @@ function compileRegexes(sources: readonly string[]): { text: string; re: RegExp 
     try {
       return { text, re: new RegExp(text) };
     } catch (e) {
-      throw new InterfaceSelectionError(`invalid --iface-regex "${text}": ${(e as Error).message}`);
+      throw new InterfaceSelectionError(`invalid --iface-regex "${text}": ${errorMessage(e)}`);
     }
   });
 }

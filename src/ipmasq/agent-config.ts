@@ -5,6 +5,7 @@ import { readFile } from 'node:fs/promises';
 import yaml from 'js-yaml';
 import { IPNet, InvalidPrefixError } from '../util/ip.js';
 import type { AgentMasq } from './agent-rules.js';
+import { errnoCode, errorMessage } from '../util/errors.js';
 
 /**
  * ip-masq-agent's list with --nomasq-all-reserved-ranges (GKE's setting): RFC 1918 and the other
@@ -105,7 +106,7 @@ function parseCidr(entry: unknown, where: string): IPNet {
   try {
     parsed = IPNet.parseWithHost(entry.trim());
   } catch (e) {
-    const reason = e instanceof InvalidPrefixError ? e.reason : (e as Error).message;
+    const reason = e instanceof InvalidPrefixError ? e.reason : errorMessage(e);
     throw new Error(`${where} ${JSON.stringify(entry)} is not a CIDR: ${reason}`);
   }
   if (parsed.hostBitsSet) {
@@ -124,7 +125,7 @@ export function parseAgentConfig(text: string, source = 'ip-masq config'): Parse
     // CORE_SCHEMA: no timestamps or other YAML 1.1 surprises; duplicate keys are errors.
     doc = yaml.load(text, { schema: yaml.CORE_SCHEMA, filename: source });
   } catch (e) {
-    const msg = e instanceof yaml.YAMLException ? e.message.split('\n')[0]! : (e as Error).message;
+    const msg = e instanceof yaml.YAMLException ? e.message.split('\n')[0]! : errorMessage(e);
     throw new AgentConfigError(source, `not valid YAML or JSON: ${msg}`);
   }
   const config: { -readonly [K in keyof AgentConfig]: AgentConfig[K] } = defaultAgentConfig();
@@ -175,7 +176,7 @@ export function parseAgentConfig(text: string, source = 'ip-masq config'): Parse
       config.resyncIntervalMs = ms === 0 ? DEFAULT_RESYNC_INTERVAL_MS : ms;
     }
   } catch (e) {
-    throw new AgentConfigError(source, (e as Error).message);
+    throw new AgentConfigError(source, errorMessage(e));
   }
   return { config, warnings };
 }
@@ -191,8 +192,8 @@ export async function loadAgentConfig(path: string): Promise<LoadedAgentConfig> 
   try {
     text = await readFile(path, 'utf8');
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { config: defaultAgentConfig(), warnings: [], text: null };
-    throw new AgentConfigError(path, `cannot read: ${(e as Error).message}`);
+    if (errnoCode(e) === 'ENOENT') return { config: defaultAgentConfig(), warnings: [], text: null };
+    throw new AgentConfigError(path, `cannot read: ${errorMessage(e)}`);
   }
   return { ...parseAgentConfig(text, path), text };
 }

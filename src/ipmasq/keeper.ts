@@ -10,6 +10,7 @@ import { FOREIGN_AGENT_CHAIN, type AgentMasq } from './agent-rules.js';
 import { parseSaveTables, planTable, xtablesCommands, type SavedTable, type XtTable } from './iptables.js';
 import { CHAIN_NAMES, desiredChains, type ChainKind, type ChainSpec, type FamilyInput } from './model.js';
 import { compareTable, nftTable, parseListTable, renderDeleteTable, renderTable, type ListedTable } from './nftables.js';
+import { errorMessage } from '../util/errors.js';
 
 export type RulesMode = 'iptables' | 'nftables';
 
@@ -196,7 +197,7 @@ export class RuleKeeper {
       await this.run('nft', ['-c', '-f', '-'], `add table ip ${t}\nadd chain ip ${t} c { type nat hook postrouting priority srcnat ; }\nadd rule ip ${t} c masquerade fully-random\n`);
       return true;
     } catch (e) {
-      this.opts.logger.warn('fully-random masquerade not supported; masquerading without it', { error: (e as Error).message });
+      this.opts.logger.warn('fully-random masquerade not supported; masquerading without it', { error: errorMessage(e) });
       return false;
     }
   }

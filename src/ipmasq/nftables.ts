@@ -5,6 +5,7 @@ import type { Family } from '../util/ip.js';
 import { diffOrdered } from './compare.js';
 import { CHAIN_NAMES, type ChainKind, type ChainSpec } from './model.js';
 import { KUBE_PROXY_MARK, type Match, type Rule } from './rule.js';
+import { errorMessage } from '../util/errors.js';
 
 export const nftTable = (family: Family): { family: 'ip' | 'ip6'; name: string } =>
   family === 4 ? { family: 'ip', name: 'flannel-ipv4' } : { family: 'ip6', name: 'flannel-ipv6' };
@@ -112,7 +113,7 @@ export function parseListTable(json: string): ListedTable {
   try {
     doc = JSON.parse(json);
   } catch (e) {
-    throw new NftParseError((e as Error).message);
+    throw new NftParseError(errorMessage(e));
   }
   const items = (doc as { nftables?: unknown }).nftables;
   if (!Array.isArray(items)) throw new NftParseError('no "nftables" array');

@@ -16,7 +16,7 @@
 //
 // maxInFlight bounds the messages sent and not yet answered, because every answer occupies the
 // receive buffer (an skb of ~1 KiB truesize) and an overflow aborts the process in this library
-// (libs.md bug 1); it is further capped by what the socket's actual receive buffer can hold.
+// (its poll handler throws from native code on ENOBUFS: SIGABRT); it is further capped by what the socket's actual receive buffer can hold.
 import { Protocol, RawNetlinkSocket, type ErrnoException, type MessageInfo } from 'netlink';
 
 import { errnoName, toNetlinkError } from './codec.js';

@@ -1,5 +1,5 @@
 // Pure conversions between weft's value types and the `netlink` library's parsed structs, plus the
-// typed helpers that paper over the library's typing gaps (libs.md §1). No sockets here.
+// typed helpers that paper over the `netlink` library's typing gaps. No sockets here.
 import { constants as osConstants, endianness } from 'node:os';
 import { getSystemErrorName } from 'node:util';
 
@@ -86,7 +86,7 @@ export const SKIP_STATS_MASK = u32ne(RTEXT_FILTER_SKIP_STATS);
 
 /**
  * `ifla.formatInfo()` / `formatVxlan()` return StreamData but `LinkAttrs.linkinfo` and
- * `Info.data` are typed Buffer (libs.md typing bug 2): flatten the stream into one Buffer.
+ * `Info.data` are typed Buffer (a typing gap of netlink 0.3.0): flatten the stream into one Buffer.
  */
 export function streamToBuffer(data: StreamData): Buffer {
   const st = new AttrStream();

@@ -46,7 +46,7 @@ export function watchLinks(
       s.socket.close();
     },
   };
-  // The parsed 'message' event drops nlmsg_type, so NEW and DEL look the same (libs.md (f)).
+  // The parsed 'message' event drops nlmsg_type, so NEW and DEL look the same.
   s.socket.on('message', (msgs) => {
     for (const m of msgs) {
       if (!open) return;

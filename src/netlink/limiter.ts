@@ -1,5 +1,5 @@
 // A FIFO counting semaphore: bounds the requests in flight on one netlink socket, because the
-// library aborts the process when the socket's receive buffer overflows (libs.md bug 1). FIFO
+// library aborts the process when the socket's receive buffer overflows (ENOBUFS ends in SIGABRT from native code). FIFO
 // keeps the send order equal to the call order, and the kernel handles one socket's requests in
 // the order they were sent.
 export class Limiter {

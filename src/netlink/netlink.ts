@@ -1,4 +1,4 @@
-// weft's one door to rtnetlink, over npm `netlink@0.3.0` (libs.md §1). Netlink is a facade: each
+// weft's one door to rtnetlink, over npm `netlink@0.3.0`. Netlink is a facade: each
 // method hands its NetlinkConnection to a plain function of the module for its subject.
 // - connection.ts: the sockets, their buffers and bounds, the request and dump plumbing, socket
 //   failure and close: the state every module shares.

@@ -27,7 +27,7 @@ export async function startHostOvs(cluster: Cluster, host: Host): Promise<OvsIns
   const ovs = await OvsInstance.start(host.ns, join(cluster.dir, `ovs${host.i}`));
   await moveUnderlayToBrPhy(ovs, 'eth0', `${host.underlayIP}/24`, ETCD_IP);
   // eth0 is now read by OVS through AF_PACKET, which hands on checksum-offloaded (partial)
-  // packets unfixed: the underlay side must send complete checksums (research/ovs.md A.2 #4).
+  // packets unfixed: the underlay side must send complete checksums.
   await nsExec(cluster.underlay, 'ethtool', '-K', `h${host.i}`, 'tx', 'off');
   return ovs;
 }
