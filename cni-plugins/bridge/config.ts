@@ -3,7 +3,7 @@
 // wrong JSON type is an error, null keeps the default, unknown keys are ignored) and validated
 // with the reference's messages. Pure: no I/O.
 import { InvalidMacError, parseMac } from '../../src/util/mac.js';
-import { isValidLinkName } from '../lib/linkname.js';
+import { ifNameProblem } from '../../src/util/names.js';
 import { CniError, ErrorCode, type CniDNS, type NetConf } from '../skel/types.js';
 
 export const DEFAULT_BRIDGE = 'cni0';
@@ -243,19 +243,31 @@ export function validateForAdd(conf: BridgeConf): void {
   if (conf.disableContainerInterface && conf.ipamType !== '') {
     throw new BridgeConfigError('cannot use IPAM when DisableContainerInterface flag is set');
   }
-  if (!isValidLinkName(conf.bridge)) {
-    throw new BridgeConfigError(`failed to create bridge "${conf.bridge}": invalid interface name`);
+  const bridgeProblem = ifNameProblem(conf.bridge);
+  if (bridgeProblem !== null) {
+    throw new BridgeConfigError(`failed to create bridge ${JSON.stringify(conf.bridge)}: invalid interface name`, `bridge ${JSON.stringify(conf.bridge)}: ${bridgeProblem}`);
   }
   if (conf.mtu < 0 || conf.mtu > 65535) {
     throw new BridgeConfigError(`invalid MTU ${conf.mtu} (must be between 0 and 65535)`);
   }
-  if (conf.vlan !== 0 && conf.isGateway && !isValidLinkName(`${conf.bridge}.${conf.vlan}`)) {
-    throw new BridgeConfigError(`failed to create vlan interface: name "${conf.bridge}.${conf.vlan}" is not a valid interface name`);
+  const vlanGw = `${conf.bridge}.${conf.vlan}`;
+  const vlanGwProblem = conf.vlan !== 0 && conf.isGateway ? ifNameProblem(vlanGw) : null;
+  if (vlanGwProblem !== null) {
+    throw new BridgeConfigError(`failed to create vlan interface: name ${JSON.stringify(vlanGw)} is not a valid interface name`, vlanGwProblem);
   }
   containerMac(conf);
   if (conf.ipMasqBackend !== null && conf.ipMasqBackend !== 'iptables' && conf.ipMasqBackend !== 'nftables') {
     throw new BridgeConfigError(`unknown ipmasq backend ${JSON.stringify(conf.ipMasqBackend)}`);
   }
+}
+
+/**
+ * CHECK reads the bridge by name: the `bridge` key must be an interface name (ADD's
+ * validateForAdd says so in the reference's words).
+ */
+export function validateForCheck(conf: Pick<BridgeConf, 'bridge'>): void {
+  const problem = ifNameProblem(conf.bridge);
+  if (problem !== null) throw new BridgeConfigError(`invalid bridge name ${JSON.stringify(conf.bridge)}: ${problem}`);
 }
 
 /** The container veth MAC in lower-case colon form, or null for a kernel-chosen one. */

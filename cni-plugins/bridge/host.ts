@@ -6,7 +6,8 @@ import { errorMessage } from '../../src/util/errors.js';
 import { ensureHostSysctl, hostLinkNames, writeHostSysctl } from '../lib/hostns.js';
 import { batchFailure, bridgeBatch, ipBatch, type IpBatchResult } from '../lib/ipbatch.js';
 import { linksOf, type IpLink } from '../lib/ipjson.js';
-import { addrReplaceLine, type BatchLine } from '../lib/lines.js';
+import { ipLine, named } from '../../src/render/ipbatch.js';
+import { addrReplaceLine, linkDelLine, linkShowLine, type BatchLine } from '../lib/lines.js';
 import { NetnsHandle } from '../lib/netns.js';
 import { internalError, type Undo } from '../lib/rollback.js';
 import { randomBytesSync } from '../skel/random.js';
@@ -71,7 +72,7 @@ export async function plugHost(req: CniRequest, conf: BridgeConf, ns: NetnsHandl
     if (vethMade) {
       // Deleting the host end removes both ends.
       undo.push(`delete ${hostVeth}`, async () => {
-        const d = await ipBatch([`link del dev ${hostVeth}`]);
+        const d = await ipBatch([linkDelLine(hostVeth)]);
         if (d.code !== 0 && !/Cannot find device|does not exist/.test(d.message)) throw new Error(d.message);
       });
     }
@@ -152,18 +153,18 @@ export async function configureGateway(conf: BridgeConf, host: HostDone, gws: Ga
     }
   }
   const plan = planGatewayAddrs(dev, existing, gateways, conf.forceAddress, errorPrefix);
-  for (const d of plan.del) lines.push({ line: `address del ${d} dev ${dev}`, what: `${errorPrefix}: could not remove IP address from "${dev}"` });
+  for (const d of plan.del) lines.push({ line: ipLine('address', 'del', named('address', d), 'dev', named('device', dev)), what: `${errorPrefix}: could not remove IP address from "${dev}"` });
   for (const a of plan.add) lines.push({ line: addrReplaceLine(a, dev), what: `${errorPrefix}: could not add IP address to "${dev}"` });
   // Pin the MAC to its value from before our port joined, or the bridge takes the lowest port MAC
   // and changes as ports churn. A bridge without ports may report all zeros (plugins#1265).
   if (plan.pin && pinMac && pinMac !== '00:00:00:00:00:00') {
-    lines.push({ line: `link set dev ${dev} address ${pinMac}`, what: `${errorPrefix}: could not set bridge's mac` });
+    lines.push({ line: ipLine('link', 'set', 'dev', named('device', dev), 'address', named('MAC', pinMac)), what: `${errorPrefix}: could not set bridge's mac` });
   }
   let bridge = host.bridge;
   let gwIface = host.vlanGw;
   if (lines.length > 0) {
-    lines.push({ line: `link show dev ${conf.bridge}`, what: `could not lookup "${conf.bridge}"` });
-    if (dev !== conf.bridge) lines.push({ line: `link show dev ${dev}`, what: `failed to lookup "${dev}"` });
+    lines.push({ line: linkShowLine(conf.bridge), what: `could not lookup "${conf.bridge}"` });
+    if (dev !== conf.bridge) lines.push({ line: linkShowLine(dev), what: `failed to lookup "${dev}"` });
     const r = await ipBatch(
       lines.map((l) => l.line),
       { json: true, details: true },

@@ -15,6 +15,22 @@ import { CommandError, execChecked, execProgram } from '../../src/util/exec.js';
 import { IPNet, MULTICAST, type Family } from '../../src/util/ip.js';
 import { sha512Hex } from '../skel/sha512.js';
 import { splitRuleArgs } from '../../src/util/rule-args.js';
+import {
+  iptablesPayload,
+  xt,
+  xtAppend,
+  xtChain,
+  xtDeclare,
+  xtDelete,
+  xtDeleteChain,
+  xtJoin,
+  xtQuote,
+  xtSavedSpec,
+  type IptablesPayload,
+  type XtLine,
+  type XtSpec,
+} from '../../src/render/iptables.js';
+import { nftJson, type NftJson } from '../../src/render/nft.js';
 
 // ---- names ----
 
@@ -46,24 +62,21 @@ export function masqAddr(cidr: string): MasqAddr {
 }
 
 
-/** Quotes one iptables-restore argument (the same escaping iptables-save uses). */
-function restoreArg(s: string): string {
-  return /^[A-Za-z0-9_.:/!+=-]+$/.test(s) ? s : goQuote(s);
-}
+const commentMatch = (comment: string): XtSpec => xt`-m comment --comment ${xtQuote('comment', comment)}`;
 
 /**
  * The restore text for one family: the chain (declared, i.e. created or flushed), per IP the
  * ACCEPT for its network and the MASQUERADE (each rule once, in the reference's append order),
  * then the POSTROUTING jumps.
  */
-export function renderMasqSetup(addrs: readonly MasqAddr[], chain: string, comment: string): string {
-  const c = `-m comment --comment ${restoreArg(comment)}`;
-  const chainRules: string[] = [];
-  const jumps: string[] = [];
+export function renderMasqSetup(addrs: readonly MasqAddr[], chain: string, comment: string): IptablesPayload {
+  const c = commentMatch(comment);
+  const chainRules: XtSpec[] = [];
+  const jumps: XtSpec[] = [];
   for (const a of addrs) {
-    const accept = `-A ${chain} -d ${a.net.toString()} ${c} -j ACCEPT`;
-    const masq = `-A ${chain} ! -d ${MULTICAST[a.family]} ${c} -j MASQUERADE`;
-    const jump = `-A POSTROUTING -s ${a.ip}/${a.family === 4 ? 32 : 128} ${c} -j ${chain}`;
+    const accept = xtJoin([xt`-d ${a.net}`, c, xt`-j ACCEPT`]);
+    const masq = xtJoin([xt`! -d ${MULTICAST[a.family]}`, c, xt`-j MASQUERADE`]);
+    const jump = xtJoin([xt`-s ${a.ip}/${a.family === 4 ? 32 : 128}`, c, xt`-j ${xtChain('chain', chain)}`]);
     for (const [list, rule] of [
       [chainRules, accept],
       [chainRules, masq],
@@ -72,9 +85,8 @@ export function renderMasqSetup(addrs: readonly MasqAddr[], chain: string, comme
       if (!list.includes(rule)) list.push(rule);
     }
   }
-  return ['*nat', `:${chain} - [0:0]`, ...chainRules, ...jumps, 'COMMIT', ''].join('\n');
+  return iptablesPayload('nat', [xtDeclare(chain), ...chainRules.map((r) => xtAppend(chain, r)), ...jumps.map((j) => xtAppend('POSTROUTING', j))]);
 }
-
 
 function argAfter(args: readonly string[], flag: string): string | null {
   const i = args.indexOf(flag);
@@ -89,14 +101,16 @@ export function jumpsTo(ruleLines: readonly string[], chain: string): string[] {
   });
 }
 
+/** `-A CHAIN spec` (a line as `iptables -S` or iptables-save prints it) as the `-D` line that deletes that rule. */
+function deleteLine(ruleLine: string): XtLine {
+  const m = /^-A (\S+) (.*)$/.exec(ruleLine);
+  if (!m) throw new IpMasqError('iptables', `not a rule line: ${JSON.stringify(ruleLine)}`);
+  return xtDelete(m[1]!, xtSavedSpec(m[2]!));
+}
+
 /** Deletes the jumps and the chain; declaring the chain first makes -X safe when it is gone. */
-export function renderMasqTeardown(jumpLines: readonly string[], chains: readonly string[]): string {
-  const out = ['*nat'];
-  for (const chain of chains) out.push(`:${chain} - [0:0]`);
-  for (const j of jumpLines) out.push(j.replace(/^-A /, '-D '));
-  for (const chain of chains) out.push(`-X ${chain}`);
-  out.push('COMMIT', '');
-  return out.join('\n');
+export function renderMasqTeardown(jumpLines: readonly string[], chains: readonly string[]): IptablesPayload {
+  return iptablesPayload('nat', [...chains.map(xtDeclare), ...jumpLines.map(deleteLine), ...chains.map(xtDeleteChain)]);
 }
 
 /**
@@ -139,7 +153,7 @@ export class IpMasqError extends Error {
   }
 }
 
-async function restore(family: Family, text: string): Promise<void> {
+async function restore(family: Family, text: IptablesPayload): Promise<void> {
   try {
     await execChecked(RESTORE[family], ['-w', '--noflush'], { input: text });
   } catch (e) {
@@ -172,8 +186,8 @@ export async function setupIptablesMasq(addrs: readonly MasqAddr[], network: str
 export async function teardownIptablesMasq(family: Family, network: string, containerId: string, knownIps: readonly string[] = []): Promise<void> {
   const chain = masqChainName(network, containerId);
   if (knownIps.length > 0) {
-    const comment = restoreArg(masqComment(network, containerId));
-    const jumps = knownIps.map((ip) => `-A POSTROUTING -s ${ip}/${family === 4 ? 32 : 128} -m comment --comment ${comment} -j ${chain}`);
+    const c = commentMatch(masqComment(network, containerId));
+    const jumps = knownIps.map((ip) => `-A POSTROUTING ${xtJoin([xt`-s ${ip}/${family === 4 ? 32 : 128}`, c, xt`-j ${xtChain('chain', chain)}`])}`);
     const r = await execProgram(RESTORE[family], ['-w', '--noflush'], { input: renderMasqTeardown(jumps, [chain]) });
     if (r.code === 0) return;
   }
@@ -228,7 +242,7 @@ export function nftMasqComment(network: string, ifname: string, containerId: str
   return c.slice(0, NFT_COMMENT_MAX);
 }
 
-type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+type Json = NftJson;
 
 const T = { family: 'inet', table: NFT_MASQ_TABLE } as const;
 
@@ -301,7 +315,7 @@ async function listMasqRules(): Promise<NftRuleRef[]> {
 
 async function nftApply(doc: Json): Promise<void> {
   try {
-    await execChecked('nft', ['-j', JSON.stringify(doc)]);
+    await execChecked('nft', ['-j', nftJson(doc)]);
   } catch (e) {
     throw new IpMasqError('nftables', `nft: ${errText(e)}`);
   }

@@ -1,11 +1,13 @@
 // Pure planning for ADD: gateways and default routes from the IPAM result (the reference
 // calcGateways), the bridge address changes (ensureAddr), the `ip` / `bridge` batch lines for
 // the host and the pod's sysctls (the pod's address and route lines are lib/lines.ts's).
-// Everything here is data in, text out, so it is unit-tested without root.
+// Everything here is data in, lines out (made by src/render/ipbatch.ts), so it is unit-tested
+// without root.
+import { ipLine, named, type IpLine, type IpWord } from '../../src/render/ipbatch.js';
 import { IPAddr, IPNet, type Family } from '../../src/util/ip.js';
 import { errorMessage } from '../../src/util/errors.js';
 import type { IpAddrInfo } from '../lib/ipjson.js';
-import { canonicalDst, type BatchLine } from '../lib/lines.js';
+import { addrShowLine, canonicalDst, linkShowLine, linkUpLine, type BatchLine } from '../lib/lines.js';
 import { CniError, ErrorCode } from '../skel/types.js';
 import type { CniIPConfig, CniResult, CniRoute } from '../skel/types.js';
 import type { BridgeConf } from './config.js';
@@ -191,39 +193,43 @@ export interface HostBatch {
  * Veth ends get txqueuelen 0 as the reference's netlink library creates them.
  */
 export function hostBatch(s: HostBatchSpec): HostBatch {
-  const mtu = s.mtu > 0 ? ` mtu ${s.mtu}` : '';
-  const mac = s.mac ? ` address ${s.mac}` : '';
+  const mtu: IpWord[] = s.mtu > 0 ? ['mtu', s.mtu] : [];
+  const mac: IpWord[] = s.mac ? ['address', named('container MAC', s.mac)] : [];
+  const br = named('bridge', s.bridge);
+  const veth = named('host veth', s.hostVeth);
   const lines: BatchLine[] = [];
-  const push = (line: string, what: string): number => lines.push({ line, what });
-  const bridgeAdd = push(`link add name ${s.bridge}${mtu} type bridge${s.vlanFiltering ? ' vlan_filtering 1' : ''}`, `could not add "${s.bridge}"`);
-  const bridgeRead = push(`address show dev ${s.bridge}`, `could not lookup "${s.bridge}"`);
-  const vlanGwRead = s.vlanGw ? push(`address show dev ${s.vlanGw}`, `failed to find interface "${s.vlanGw}"`) : null;
-  if (s.promisc) push(`link set dev ${s.bridge} promisc on`, `could not set promiscuous mode on "${s.bridge}"`);
-  push(`link set dev ${s.bridge} up`, `failed to set "${s.bridge}" up`);
+  const push = (line: IpLine, what: string): number => lines.push({ line, what });
+  const bridgeAdd = push(ipLine('link', 'add', 'name', br, ...mtu, 'type', 'bridge', ...(s.vlanFiltering ? ['vlan_filtering', 1] : [])), `could not add "${s.bridge}"`);
+  const bridgeRead = push(addrShowLine(s.bridge), `could not lookup "${s.bridge}"`);
+  const vlanGwRead = s.vlanGw ? push(addrShowLine(s.vlanGw), `failed to find interface "${s.vlanGw}"`) : null;
+  if (s.promisc) push(ipLine('link', 'set', 'dev', br, 'promisc', 'on'), `could not set promiscuous mode on "${s.bridge}"`);
+  push(linkUpLine(s.bridge), `failed to set "${s.bridge}" up`);
   const vethAdd = push(
-    `link add name ${s.hostVeth}${mtu} txqueuelen 0 type veth peer name ${s.ifname}${mtu} txqueuelen 0${mac} netns ${s.peerNetns}`,
+    ipLine('link', 'add', 'name', veth, ...mtu, 'txqueuelen', 0, 'type', 'veth', 'peer', 'name', named('CNI_IFNAME', s.ifname), ...mtu, 'txqueuelen', 0, ...mac, 'netns', named('peer netns', s.peerNetns)),
     'failed to make veth pair',
   );
-  push(`link set dev ${s.hostVeth} master ${s.bridge}`, `failed to connect "${s.hostVeth}" to bridge ${s.bridge}`);
+  push(ipLine('link', 'set', 'dev', veth, 'master', br), `failed to connect "${s.hostVeth}" to bridge ${s.bridge}`);
   const port: string[] = [];
-  if (s.hairpin) port.push('hairpin on');
-  if (s.isolated) port.push('isolated on');
-  if (port.length > 0) push(`link set dev ${s.hostVeth} type bridge_slave ${port.join(' ')}`, `failed to setup hairpin mode / isolation for ${s.hostVeth}`);
-  push(`link set dev ${s.hostVeth} up`, `failed to set "${s.hostVeth}" up`);
-  push(`link show dev ${s.hostVeth}`, `failed to lookup "${s.hostVeth}"`);
-  push(`link show dev ${s.bridge}`, `could not lookup "${s.bridge}"`);
+  if (s.hairpin) port.push('hairpin', 'on');
+  if (s.isolated) port.push('isolated', 'on');
+  if (port.length > 0) push(ipLine('link', 'set', 'dev', veth, 'type', 'bridge_slave', ...port), `failed to setup hairpin mode / isolation for ${s.hostVeth}`);
+  push(linkUpLine(s.hostVeth), `failed to set "${s.hostVeth}" up`);
+  push(linkShowLine(s.hostVeth), `failed to lookup "${s.hostVeth}"`);
+  push(linkShowLine(s.bridge), `could not lookup "${s.bridge}"`);
   return { lines, bridgeAdd, bridgeRead, vlanGwRead, vethAdd };
 }
 
 /** The VLAN gateway port `<bridge>.<vlan>`: a veth in the host whose peer is an access port on the bridge. */
 export function vlanGatewayLines(bridge: string, name: string, peer: string, mtu: number): BatchLine[] {
-  const m = mtu > 0 ? ` mtu ${mtu}` : '';
+  const m: IpWord[] = mtu > 0 ? ['mtu', mtu] : [];
   const what = `failed to create vlan interface: faild to create vlan gateway "${name}"`;
+  const gw = named('vlan gateway', name);
+  const p = named('vlan gateway peer', peer);
   return [
-    { line: `link add name ${name}${m} txqueuelen 0 type veth peer name ${peer}${m} txqueuelen 0`, what },
-    { line: `link set dev ${peer} master ${bridge}`, what },
-    { line: `link set dev ${peer} up`, what },
-    { line: `link set dev ${name} up`, what },
+    { line: ipLine('link', 'add', 'name', gw, ...m, 'txqueuelen', 0, 'type', 'veth', 'peer', 'name', p, ...m, 'txqueuelen', 0), what },
+    { line: ipLine('link', 'set', 'dev', p, 'master', named('bridge', bridge)), what },
+    { line: linkUpLine(peer), what },
+    { line: linkUpLine(name), what },
   ];
 }
 
@@ -232,14 +238,15 @@ export function vlanGatewayLines(bridge: string, name: string, peer: string, mtu
  * `vlan` becomes the PVID (untagged); trunk VLANs are tagged. A trunk without `vlan` keeps VLAN 1
  * as its native VLAN, as upstream does.
  */
-export function portVlanLines(port: string, vlan: number, trunk: readonly number[], preserveDefaultVlan: boolean, defaultPvid: number): string[] {
+export function portVlanLines(port: string, vlan: number, trunk: readonly number[], preserveDefaultVlan: boolean, defaultPvid: number): IpLine[] {
   if (vlan === 0 && trunk.length === 0) return [];
-  const lines: string[] = [];
-  if (!preserveDefaultVlan && defaultPvid > 0) lines.push(`vlan del dev ${port} vid ${defaultPvid} master`);
+  const dev = named('bridge port', port);
+  const lines: IpLine[] = [];
+  if (!preserveDefaultVlan && defaultPvid > 0) lines.push(ipLine('vlan', 'del', 'dev', dev, 'vid', defaultPvid, 'master'));
   const native = vlan !== 0 ? vlan : 1;
-  lines.push(`vlan add dev ${port} vid ${native} pvid untagged master`);
+  lines.push(ipLine('vlan', 'add', 'dev', dev, 'vid', native, 'pvid', 'untagged', 'master'));
   for (const [lo, hi] of vlanRanges(trunk.filter((v) => v !== native))) {
-    lines.push(`vlan add dev ${port} vid ${lo === hi ? String(lo) : `${lo}-${hi}`} master`);
+    lines.push(ipLine('vlan', 'add', 'dev', dev, 'vid', lo === hi ? lo : `${lo}-${hi}`, 'master'));
   }
   return lines;
 }

@@ -17,16 +17,18 @@
 //        netns is gone or CNI_NETNS is empty (reference bug #810).
 //   CHECK as the reference; GC: IPAM GC + this network's ipMasq state of stale containers;
 //   STATUS: IPAM STATUS.
+import { ipLine } from '../../src/render/ipbatch.js';
 import { errorMessage } from '../../src/util/errors.js';
 import type { Family } from '../../src/util/ip.js';
 import { ipBatch } from '../lib/ipbatch.js';
+import { addrShowLine, linkShowLine } from '../lib/lines.js';
 import { linksOf, routesOf, type IpLink } from '../lib/ipjson.js';
 import { NetnsHandle } from '../lib/netns.js';
 import { internalError, Undo, withCleanup } from '../lib/rollback.js';
 import { cniPathDelegates } from '../skel/delegate.js';
 import { CniError, type CniInterface, type CniPlugin, type CniRequest, type CniResult, type Delegates } from '../skel/types.js';
 import { checkAttachment } from './check.js';
-import { loadBridgeConf, validateForAdd, type BridgeConf } from './config.js';
+import { loadBridgeConf, validateForAdd, validateForCheck, type BridgeConf } from './config.js';
 import { applyVlans, configureGateway, plugHost, type GatewayDone } from './host.js';
 import {
   gcIptablesMasq,
@@ -230,6 +232,7 @@ async function del(deps: BridgeDeps, req: CniRequest): Promise<void> {
 
 async function check(deps: BridgeDeps, req: CniRequest): Promise<void> {
   const conf = loadBridgeConf(req.config, req.args);
+  validateForCheck(conf);
   const ns = NetnsHandle.openForPod(req.netns);
   try {
     // The reference delegates CHECK even without IPAM (and so fails); a layer-2 config has nothing to check there.
@@ -240,10 +243,10 @@ async function check(deps: BridgeDeps, req: CniRequest): Promise<void> {
     for (const i of prev.interfaces ?? []) if (!i.sandbox && i.name) hostNames.add(i.name);
     const [hostR, podR] = await Promise.all([
       ipBatch(
-        [...hostNames].map((n) => `link show dev ${n}`),
+        [...hostNames].map((n) => linkShowLine(n)),
         { json: true, details: true, force: true },
       ),
-      ipBatch([`address show dev ${req.ifname}`, 'route show table all'], { netns: ns, json: true, details: true, force: true }),
+      ipBatch([addrShowLine(req.ifname), ipLine('route', 'show', 'table', 'all')], { netns: ns, json: true, details: true, force: true }),
     ]);
     const hostLinks = new Map(linksOf(hostR.docs).map((l) => [l.ifname, l]));
     const podLink = linksOf(podR.docs).find((l) => l.ifname === req.ifname) ?? null;

@@ -5,7 +5,7 @@ import { delay } from '../../src/util/backoff.js';
 import type { Family } from '../../src/util/ip.js';
 import { ipBatch, podSysctls, startPodIpBatch, startPodSysctls, type PendingPodBatch, type PendingPodSysctls } from '../lib/ipbatch.js';
 import { linksOf, type IpLink } from '../lib/ipjson.js';
-import { podAddressLines, podIPv6Sysctls, podRouteLines, type BatchLine } from '../lib/lines.js';
+import { addrShowLine, linkDelLine, linkShowLine, linkUpLine, podAddressLines, podIPv6Sysctls, podRouteLines, type BatchLine } from '../lib/lines.js';
 import type { NetnsHandle } from '../lib/netns.js';
 import { internalError } from '../lib/rollback.js';
 import type { CniRequest } from '../skel/types.js';
@@ -21,7 +21,7 @@ const SETTLE_TIMEOUT_MS = 5000;
 async function settleAddresses(ns: NetnsHandle, ifname: string): Promise<void> {
   const deadline = Date.now() + SETTLE_TIMEOUT_MS;
   while (true) {
-    const r = await ipBatch([`address show dev ${ifname}`], { netns: ns, json: true });
+    const r = await ipBatch([addrShowLine(ifname)], { netns: ns, json: true });
     const link = linksOf(r.docs)[0];
     const pending = (link?.addrs ?? []).some((a) => a.family === 'inet6' && (a.tentative || a.dadfailed));
     if (!pending) return;
@@ -48,14 +48,14 @@ export async function configurePod(req: CniRequest, conf: BridgeConf, gws: Gatew
     settle = conf.enabledad && hasV6 && gws.ips.some((i) => i.gateway?.includes(':') === true);
     if (!settle) lines.push(...podRouteLines(ifname, gws.ips, gws.routes));
   } else if (up) {
-    lines.push({ line: `link set dev ${ifname} up`, what: `failed to set "${ifname}" up` });
+    lines.push({ line: linkUpLine(ifname), what: `failed to set "${ifname}" up` });
   }
-  lines.push({ line: `link show dev ${ifname}`, what: 'failed to retrieve link' });
+  lines.push({ line: linkShowLine(ifname), what: 'failed to retrieve link' });
   let r = await pending.run(lines.map((l) => l.line));
   if (r.code !== 0) throw batchError(r, lines);
   if (settle && gws) {
     await settleAddresses(ns, ifname);
-    const more = [...podRouteLines(ifname, gws.ips, gws.routes), { line: `link show dev ${ifname}`, what: 'failed to retrieve link' }];
+    const more = [...podRouteLines(ifname, gws.ips, gws.routes), { line: linkShowLine(ifname), what: 'failed to retrieve link' }];
     r = await ipBatch(
       more.map((l) => l.line),
       { netns: ns, json: true },
@@ -74,7 +74,7 @@ export async function waitPortUp(hostVeth: string, podLink: IpLink): Promise<voi
   let state = 'UNKNOWN';
   for (const ms of OPER_UP_SLEEPS_MS) {
     await delay(ms);
-    const r = await ipBatch([`link show dev ${hostVeth}`], { json: true });
+    const r = await ipBatch([linkShowLine(hostVeth)], { json: true });
     const l = linksOf(r.docs)[0];
     if (!l) throw internalError(`failed to lookup "${hostVeth}": ${r.message}`);
     state = l.operstate;
@@ -114,7 +114,7 @@ export class EarlyPod {
 
 /** Deletes the container interface from inside the netns; returns the families of its global addresses. */
 export async function deletePodLink(ns: NetnsHandle, ifname: string): Promise<Family[]> {
-  const lines = [`address show dev ${ifname}`, `link del dev ${ifname}`];
+  const lines = [addrShowLine(ifname), linkDelLine(ifname)];
   const r = await ipBatch(lines, { netns: ns, json: true });
   if (r.code !== 0) {
     // Already gone: DEL may run any number of times.

@@ -1,14 +1,16 @@
 // macspoofchk (pkg/link/spoofcheck.go): in nftables table `bridge nat`, a PREROUTING base chain
 // (filter hook, priority -300) jumps frames from the host veth to cni-br-iface-<cid>-<ifname>,
 // which jumps to …-mac: the container's MAC returns, everything else is dropped. Every rule carries
-// the comment macspoofchk-<cid>-<ifname>. Written as nft JSON (no quoting problems with names).
+// the comment macspoofchk-<cid>-<ifname>. Written as nft JSON, every name and value checked by the
+// nft renderer (src/render/nft.ts) as it would be in a script.
 import { errorMessage } from '../../src/util/errors.js';
 import { CommandError, execChecked, execProgram } from '../../src/util/exec.js';
+import { nftJson, type NftJson } from '../../src/render/nft.js';
 
 export const SPOOF_TABLE = 'nat';
 export const SPOOF_BASE_CHAIN = 'PREROUTING';
 
-type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+type Json = NftJson;
 
 export function spoofRefId(containerId: string, ifname: string): string {
   return `${containerId}-${ifname}`;
@@ -88,7 +90,7 @@ export class SpoofCheckError extends Error {
 
 export async function setupSpoofCheck(hostVeth: string, mac: string, refId: string): Promise<void> {
   try {
-    await execChecked('nft', ['-j', JSON.stringify(renderSpoofSetup(hostVeth, mac, refId))]);
+    await execChecked('nft', ['-j', nftJson(renderSpoofSetup(hostVeth, mac, refId))]);
   } catch (e) {
     const why = e instanceof CommandError && e.exitCode !== null ? e.stderr.trim() : errorMessage(e);
     throw new SpoofCheckError(`failed to setup spoof-check: ${why}`);
@@ -104,7 +106,7 @@ export async function teardownSpoofCheck(refId: string): Promise<void> {
   const doc = renderSpoofTeardown(JSON.parse(r.stdout), refId);
   if (!doc) return;
   try {
-    await execChecked('nft', ['-j', JSON.stringify(doc)]);
+    await execChecked('nft', ['-j', nftJson(doc)]);
   } catch (e) {
     const why = e instanceof CommandError && e.exitCode !== null ? e.stderr.trim() : errorMessage(e);
     throw new SpoofCheckError(`failed to teardown spoof-check: ${why}`);

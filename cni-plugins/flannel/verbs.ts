@@ -19,7 +19,8 @@ import {
   type GoObject,
   type JsonObject,
 } from './delegate-config.js';
-import { listState, readState, removeState, removeTempFile, StateFileError, writeState } from './state.js';
+import { collectGarbage, readState, removeState, StateFileError, writeState } from './state.js';
+import { leftAloneLine, warnOnStderr } from '../lib/owned-files.js';
 import { SubnetEnvError } from '../../src/subnetenv/format.js';
 import { loadSubnetEnv } from '../../src/subnetenv/read.js';
 import { errorMessage } from '../../src/util/errors.js';
@@ -196,17 +197,19 @@ async function check(d: Delegates, req: CniRequest): Promise<void> {
   }
 }
 
-async function gc(d: Delegates, req: CniRequest): Promise<void> {
+async function gc(d: Delegates, warn: (line: string) => void, req: CniRequest): Promise<void> {
   const raw = rawConfig(req);
   const valid = validContainerIds(raw);
   if (valid === null) return;
-  // State of attachments the runtime no longer knows is dead weight: drop it, and any temp file
-  // left by an interrupted write (GC runs with no ADD or DEL in flight). Needs only dataDir.
+  // State of attachments the runtime no longer knows is dead weight: drop it, and the temp files
+  // of their interrupted writes. Only files that are flannel state by name and by content: a
+  // dataDir shared with anything else (host-local's store, a mistyped path) keeps all the rest,
+  // with one warning naming what looked like ours. Needs only dataDir.
   await guard(() => {
     const dataDir = parseDataDir(raw);
-    const listing = listState(dataDir);
-    for (const id of listing.containerIds) if (!valid.has(id)) removeState(dataDir, id);
-    for (const name of listing.tempFiles) removeTempFile(dataDir, name);
+    const { leftAlone } = collectGarbage(dataDir, valid);
+    const line = leftAloneLine('flannel', dataDir, 'flannel state (a container ID)', leftAlone);
+    if (line !== '') warn(line);
   });
   // The delegate (host-local) frees what belongs to the invalid attachments.
   const { type, bytes } = await guard(async () => {
@@ -243,14 +246,20 @@ async function status(d: Delegates, req: CniRequest): Promise<void> {
   }
 }
 
+export interface FlannelPluginOptions {
+  /** Where GC's one line about files it left alone goes (default: stderr). */
+  readonly warn?: (line: string) => void;
+}
+
 /** Builds the plugin over a set of delegate functions (the real ones, or fakes in unit tests). */
-export function createFlannelPlugin(d: Delegates): CniPlugin {
+export function createFlannelPlugin(d: Delegates, opts: FlannelPluginOptions = {}): CniPlugin {
+  const warn = opts.warn ?? warnOnStderr;
   return {
     name: 'flannel',
     add: (req) => add(d, req),
     del: (req) => del(d, req),
     check: (req) => check(d, req),
-    gc: (req) => gc(d, req),
+    gc: (req) => gc(d, warn, req),
     status: (req) => status(d, req),
   };
 }

@@ -1,13 +1,14 @@
 // host-local IPAM: hands out one IP per range set from a directory shared by every plugin process
 // on the node (see store.ts), in the reference's order, under the reference's flock. The verbs
-// follow plugins/ipam/host-local/main.go; GC (spec 1.1, not implemented upstream) frees the IPs
-// of attachments the runtime no longer lists.
+// follow plugins/ipam/host-local/main.go; GC (spec 1.1, not in the reference 1.1.1) frees the IPs
+// of attachments the runtime no longer lists, and touches nothing but reservation files.
 import { IPNet, type IPAddr } from '../../src/util/ip.js';
 import { CniError, CURRENT_VERSION, ErrorCode, type CniIPConfig, type CniPlugin, type CniRequest, type CniResult, type NetConf } from '../skel/types.js';
 import { candidates } from './allocator.js';
 import { DEFAULT_DATA_DIR, HostLocalConfigError, isStoreName, loadConfig, rangeFor, rangeSetString, type HostLocalConfig, type RangeSet } from './config.js';
 import { readResolvConf } from './dns.js';
-import { DiskStore, heldBy, ownedBy, selectGarbage, type Attachment } from './store.js';
+import { DiskStore, heldBy, isReservationFile, ownedBy, selectGarbage, type Attachment } from './store.js';
+import { leftAloneLine, warnOnStderr } from '../lib/owned-files.js';
 import { fromSync } from '../lib/promise.js';
 import { errorMessage } from '../../src/util/errors.js';
 
@@ -136,6 +137,31 @@ export function validAttachments(conf: NetConf): Attachment[] | null {
   });
 }
 
+export interface HostLocalPluginOptions {
+  /** Where GC's one line about files it left alone goes (default: stderr). */
+  readonly warn?: (line: string) => void;
+}
+
+/**
+ * GC under the store lock: frees the reservations no valid attachment owns. Only reservation
+ * files (isReservationFile) are candidates: lock, last_reserved_ip.*, any other name, symlinks,
+ * directories and other file types, and IP-named files holding something else are left as they
+ * are, the last ones named in one warning.
+ */
+async function collectGarbage(req: CniRequest, warn: (line: string) => void): Promise<void> {
+  const valid = validAttachments(req.config);
+  const { name, dataDir } = storeLocation(req.config);
+  if (valid === null) return;
+  const store = new DiskStore(dataDir, name);
+  const foreign = await store.withLock(() => {
+    const list = store.list();
+    for (const r of selectGarbage(list, valid)) store.releaseListed(r);
+    return list.filter((r) => !isReservationFile(r)).map((r) => r.file);
+  });
+  const line = leftAloneLine('host-local', store.dir, 'a reservation (an IP address)', foreign);
+  if (line !== '') warn(line);
+}
+
 export const hostLocalPlugin: CniPlugin = {
   name: 'host-local',
 
@@ -154,7 +180,7 @@ export const hostLocalPlugin: CniPlugin = {
     const { name, dataDir } = storeLocation(req.config);
     const store = new DiskStore(dataDir, name);
     await store.withLock(() => {
-      for (const r of ownedBy(store.list(), req.containerId, req.ifname)) store.release(r.file);
+      for (const r of ownedBy(store.list(), req.containerId, req.ifname)) store.releaseListed(r);
     });
   },
 
@@ -185,14 +211,8 @@ export const hostLocalPlugin: CniPlugin = {
     }
   },
 
-  async gc(req: CniRequest): Promise<void> {
-    const valid = validAttachments(req.config);
-    const { name, dataDir } = storeLocation(req.config);
-    if (valid === null) return;
-    const store = new DiskStore(dataDir, name);
-    await store.withLock(() => {
-      for (const r of selectGarbage(store.list(), valid)) store.release(r.file);
-    });
+  gc(req: CniRequest): Promise<void> {
+    return collectGarbage(req, warnOnStderr);
   },
 
   status(req: CniRequest): Promise<void> {
@@ -201,3 +221,9 @@ export const hostLocalPlugin: CniPlugin = {
     });
   },
 };
+
+/** host-local with GC's warning sent elsewhere (tests). */
+export function createHostLocalPlugin(opts: HostLocalPluginOptions = {}): CniPlugin {
+  const warn = opts.warn ?? warnOnStderr;
+  return { ...hostLocalPlugin, gc: (req) => collectGarbage(req, warn) };
+}

@@ -2,13 +2,16 @@
 // a node: <dataDir>/<network>/<ip> holds "containerID\r\nifname" (no trailing newline; older
 // releases wrote only the container ID), last_reserved_ip.<range set index> holds the last IP
 // handed out from that set, and `lock` is the flock(2) target. Every method expects the caller
-// to hold the lock (withLock), except init.
+// to hold the lock (withLock), except init. Only regular files directly in the directory are
+// read (never through a symlink), and GC frees only reservation files (isReservationFile).
 //
 // File access is synchronous on purpose: a plugin process serves one request, the files are tiny,
 // and a thread-pool round trip per file costs more than the read itself.
-import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { IPAddr } from '../../src/util/ip.js';
+import { OwnedFileError, readSmallRegularFile, regularFileNames, removeIfSameFile, type DirFile } from '../lib/owned-files.js';
+import { CNI_NAME_RE, validateInterfaceName } from '../skel/env.js';
 import { withFileLock } from '../skel/lock.js';
 import { fromSync } from '../lib/promise.js';
 import { errnoCode, errorMessage } from '../../src/util/errors.js';
@@ -18,6 +21,8 @@ export const LAST_IP_PREFIX = 'last_reserved_ip.';
 export const LOCK_FILE = 'lock';
 /** Upstream HEAD (since v1.4) writes reservations 0600; Debian's 1.1.1 wrote 0644. */
 const FILE_MODE = 0o600;
+/** More than any reservation holds (a container ID, CRLF, an interface name); larger files are not read. */
+const MAX_RESERVATION_BYTES = 4096;
 
 export class StoreError extends Error {
   constructor(
@@ -38,6 +43,8 @@ export interface Reservation {
   readonly containerId: string;
   /** null for a legacy file that holds only the container ID. */
   readonly ifname: string | null;
+  /** The file as read: a removal checks that the name still is this file. */
+  readonly source: DirFile;
 }
 
 export interface Attachment {
@@ -71,14 +78,34 @@ export function heldBy(list: readonly Reservation[], containerId: string, ifname
   return list.filter((r) => r.content === exact || r.content === legacy);
 }
 
+function isInterfaceName(name: string): boolean {
+  try {
+    validateInterfaceName(name);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Whether a file named as an IP is a reservation as a host-local writes it: named by the IP in its
+ * canonical form, holding a container ID and, unless it is a legacy file, CRLF and an interface
+ * name (CNI_CONTAINERID's and CNI_IFNAME's grammar). Anything else in the directory (a file some
+ * other program keeps there, a name that only parses as an IP) is not ours to free.
+ */
+export function isReservationFile(r: Reservation): boolean {
+  return r.ip.toString() === r.file && CNI_NAME_RE.test(r.containerId) && (r.ifname === null || isInterfaceName(r.ifname));
+}
+
 /**
  * GC: the reservations no valid attachment owns. A legacy CID-only file is kept when any valid
- * attachment has that container ID. An empty valid list selects everything.
+ * attachment has that container ID. An empty valid list selects every reservation; files that
+ * are not reservations (isReservationFile) are never selected.
  */
 export function selectGarbage(list: readonly Reservation[], valid: readonly Attachment[]): Reservation[] {
   const exact = new Set(valid.map((a) => ownerContent(a.containerId, a.ifname)));
   const cids = new Set(valid.map((a) => a.containerId.trim()));
-  return list.filter((r) => !(r.ifname === null ? cids.has(r.content) : exact.has(r.content)));
+  return list.filter((r) => isReservationFile(r) && !(r.ifname === null ? cids.has(r.content) : exact.has(r.content)));
 }
 
 export class DiskStore {
@@ -107,27 +134,26 @@ export class DiskStore {
     return withFileLock(this.lockPath, () => fromSync(fn), { mode: 0o750 });
   }
 
-  /** Every reservation file (a regular file named as an IP); other files are left alone. */
+  /**
+   * Every regular file named as an IP (what ADD must treat as taken), read without following a
+   * symlink or opening anything but a regular file; other files are left alone. A file removed
+   * under us, unreadable or implausibly large is skipped (the reference skips unreadable ones too).
+   */
   list(): Reservation[] {
-    let entries;
+    let names: string[];
     try {
-      entries = readdirSync(this.dir, { withFileTypes: true });
+      names = regularFileNames(this.dir);
     } catch (e) {
-      if (errnoCode(e) === 'ENOENT') return [];
-      throw new StoreError(this.dir, errorMessage(e));
+      throw new StoreError(this.dir, e instanceof OwnedFileError ? errorMessage(e.cause) : errorMessage(e));
     }
     const out: Reservation[] = [];
-    for (const ent of entries) {
-      if (!ent.isFile()) continue;
-      const ip = IPAddr.tryParse(ent.name);
+    for (const name of names) {
+      const ip = IPAddr.tryParse(name);
       if (!ip) continue;
-      let content: string;
-      try {
-        content = readFileSync(join(this.dir, ent.name), 'utf8').trim();
-      } catch {
-        continue; // removed under us or unreadable: the reference skips it too
-      }
-      out.push({ ip, file: ent.name, content, ...parseContent(content) });
+      const f = readSmallRegularFile(this.dir, name, MAX_RESERVATION_BYTES);
+      if (f === null) continue;
+      const content = f.text.trim();
+      out.push({ ip, file: name, content, ...parseContent(content), source: f });
     }
     return out;
   }
@@ -177,7 +203,19 @@ export class DiskStore {
     }
   }
 
-  /** Removes a reservation file; one that is already gone is fine. */
+  /**
+   * Removes a reservation listed by list(), only while its name still is the file that was read
+   * (not something put in its place since); one that is already gone is fine.
+   */
+  releaseListed(r: Reservation): void {
+    try {
+      removeIfSameFile(this.dir, r.source);
+    } catch (e) {
+      throw new StoreError(join(this.dir, r.file), e instanceof OwnedFileError ? errorMessage(e.cause) : errorMessage(e));
+    }
+  }
+
+  /** Removes a reservation file this process just created; one that is already gone is fine. */
   release(file: string): void {
     try {
       unlinkSync(join(this.dir, file));

@@ -2,6 +2,8 @@
 // -batch`) on the host side, `nsenter --net=<netns> ip -batch` inside the pod, with the failing
 // lines and ip's messages picked out of stderr; the pod-side `ip -batch` and `sysctl -p-` that
 // are started before their input is known (their start-up overlaps the caller's other work).
+// Lines are IpLine only (src/render/ipbatch.ts): nothing else can be fed to ip or bridge.
+import { batchText, type IpLine } from '../../src/render/ipbatch.js';
 import { execProgram, startProgram, type ExecResult, type StartedProgram } from '../../src/util/exec.js';
 import { NetnsHandle } from './netns.js';
 
@@ -100,12 +102,10 @@ function batchResult(r: ExecResult, opts: IpBatchOptions): IpBatchResult {
   return { code: r.code, docs, stderr: r.stderr, failedLines, message, byLine };
 }
 
-const batchInput = (lines: readonly string[]): string => lines.join('\n') + '\n';
-
-async function runBatch(program: 'ip' | 'bridge', lines: readonly string[], opts: IpBatchOptions): Promise<IpBatchResult> {
+async function runBatch(program: 'ip' | 'bridge', lines: readonly IpLine[], opts: IpBatchOptions): Promise<IpBatchResult> {
   const flags = batchFlags(opts);
   let r: ExecResult;
-  const input = batchInput(lines);
+  const input = batchText(lines);
   if (opts.netns) {
     r = await execProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, program, ...flags], { input, extraFds: [opts.netns.fd] });
   } else {
@@ -114,11 +114,11 @@ async function runBatch(program: 'ip' | 'bridge', lines: readonly string[], opts
   return batchResult(r, opts);
 }
 
-export function ipBatch(lines: readonly string[], opts: IpBatchOptions = {}): Promise<IpBatchResult> {
+export function ipBatch(lines: readonly IpLine[], opts: IpBatchOptions = {}): Promise<IpBatchResult> {
   return runBatch('ip', lines, opts);
 }
 
-export function bridgeBatch(lines: readonly string[], opts: IpBatchOptions = {}): Promise<IpBatchResult> {
+export function bridgeBatch(lines: readonly IpLine[], opts: IpBatchOptions = {}): Promise<IpBatchResult> {
   return runBatch('bridge', lines, opts);
 }
 
@@ -132,8 +132,8 @@ export class PendingPodBatch {
     private readonly opts: IpBatchOptions,
   ) {}
 
-  async run(lines: readonly string[]): Promise<IpBatchResult> {
-    this.started.feed(batchInput(lines));
+  async run(lines: readonly IpLine[]): Promise<IpBatchResult> {
+    this.started.feed(batchText(lines));
     return batchResult(await this.started.result, this.opts);
   }
 

@@ -1,13 +1,15 @@
-// The `ip -batch` line type and the line builders the main plugins share: addresses (with the
+// Batch lines with their failure context (BatchLine; the line itself is an IpLine, made by
+// src/render/ipbatch.ts) and the line builders the main plugins share: addresses (with the
 // broadcast the netlink library would compute), and ipam.ConfigureIface in the pod — IPv6
 // sysctls, addresses, link up, routes — in the reference's words for each line's error.
-// Pure: data in, text out.
+// Pure: data in, lines out (every line made by src/render/ipbatch.ts from its words).
+import { ipLine, ipLineOf, named, type IpLine, type IpWord } from '../../src/render/ipbatch.js';
 import { IPNet, type Family } from '../../src/util/ip.js';
 import type { CniIPConfig, CniRoute } from '../skel/types.js';
 
 /** One line of an `ip -batch` and what a failure there means. */
 export interface BatchLine {
-  readonly line: string;
+  readonly line: IpLine;
   /** Context for an error on this line, in the reference's words. */
   readonly what: string;
 }
@@ -19,18 +21,47 @@ export function canonicalDst(dst: string): string {
 }
 
 /** `brd +` for IPv4 prefixes that have a broadcast address (the netlink library computes it). */
-function brd(cidr: string): string {
+function brd(cidr: string): string[] {
   const { ip, net } = IPNet.parseWithHost(cidr);
-  return ip.family === 4 && net.prefix < 31 ? ' brd +' : '';
+  return ip.family === 4 && net.prefix < 31 ? ['brd', '+'] : [];
 }
 
-export function addrAddLine(cidr: string, dev: string): string {
-  return `address add ${cidr}${brd(cidr)} dev ${dev}`;
+function addrLine(verb: 'add' | 'replace', cidr: string, dev: string): IpLine {
+  return ipLine('address', verb, named('address', cidr), ...brd(cidr), 'dev', named('device', dev));
+}
+
+export function addrAddLine(cidr: string, dev: string): IpLine {
+  return addrLine('add', cidr, dev);
 }
 
 /** Add-or-keep: concurrent ADDs on one bridge may race to add the same gateway address. */
-export function addrReplaceLine(cidr: string, dev: string): string {
-  return `address replace ${cidr}${brd(cidr)} dev ${dev}`;
+export function addrReplaceLine(cidr: string, dev: string): IpLine {
+  return addrLine('replace', cidr, dev);
+}
+
+/** `link set dev <dev> <settings…>`, e.g. linkSetLine(vf, 'name', named('CNI_IFNAME', ifname)). */
+export function linkSetLine(dev: string, ...settings: readonly IpWord[]): IpLine {
+  return ipLine('link', 'set', 'dev', named('device', dev), ...settings);
+}
+
+/** `link set dev <dev> up`. */
+export function linkUpLine(dev: string): IpLine {
+  return linkSetLine(dev, 'up');
+}
+
+/** `link show dev <dev>`. */
+export function linkShowLine(dev: string): IpLine {
+  return ipLine('link', 'show', 'dev', named('device', dev));
+}
+
+/** `address show dev <dev>`. */
+export function addrShowLine(dev: string): IpLine {
+  return ipLine('address', 'show', 'dev', named('device', dev));
+}
+
+/** `link del dev <dev>`. */
+export function linkDelLine(dev: string): IpLine {
+  return ipLine('link', 'del', 'dev', named('device', dev));
 }
 
 /** ipam.ConfigureIface before adding IPv6 addresses: IPv6 on for lo and the interface; keep addresses on down. */
@@ -57,7 +88,7 @@ export function podAddressLines(ifname: string, ips: readonly CniIPConfig[], up:
   for (const ipc of ips) {
     lines.push({ line: addrAddLine(ipc.address, ifname), what: `failed to add IP addr ${ipc.address} to "${ifname}"` });
   }
-  if (up) lines.push({ line: `link set dev ${ifname} up`, what: `failed to set "${ifname}" UP` });
+  if (up) lines.push({ line: linkUpLine(ifname), what: `failed to set "${ifname}" UP` });
   return lines;
 }
 
@@ -77,16 +108,16 @@ export function podRouteLines(ifname: string, ips: readonly CniIPConfig[], route
     const key = family === 4 ? `${dst}|${r.table ?? ''}|${r.priority ?? ''}` : `${dst}|${via ?? ''}|${r.table ?? ''}|${r.priority ?? ''}`;
     if (seen.has(key)) continue;
     seen.add(key);
-    let line = `route add ${dst}`;
-    if (via !== undefined) line += ` via ${via}`;
-    line += ` dev ${ifname}`;
-    if (r.priority !== undefined) line += ` metric ${r.priority}`;
-    if (r.table !== undefined) line += ` table ${r.table}`;
-    if (r.scope !== undefined) line += ` scope ${r.scope}`;
-    else if (via === undefined) line += ' scope global';
-    if (r.mtu !== undefined) line += ` mtu ${r.mtu}`;
-    if (r.advmss !== undefined) line += ` advmss ${r.advmss}`;
-    lines.push({ line, what: `failed to add route '${dst} via ${via ?? '<nil>'} dev ${ifname}'` });
+    const words: IpWord[] = ['route', 'add', named('route destination', dst)];
+    if (via !== undefined) words.push('via', named('gateway', via));
+    words.push('dev', named('device', ifname));
+    if (r.priority !== undefined) words.push('metric', r.priority);
+    if (r.table !== undefined) words.push('table', r.table);
+    if (r.scope !== undefined) words.push('scope', r.scope);
+    else if (via === undefined) words.push('scope', 'global');
+    if (r.mtu !== undefined) words.push('mtu', r.mtu);
+    if (r.advmss !== undefined) words.push('advmss', r.advmss);
+    lines.push({ line: ipLineOf(words), what: `failed to add route '${dst} via ${via ?? '<nil>'} dev ${ifname}'` });
   }
   return lines;
 }

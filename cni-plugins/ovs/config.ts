@@ -4,7 +4,7 @@
 // Decoded with the bridge plugin's rules (a wrong JSON type is an error, null keeps the default,
 // unknown keys are ignored, so a flannel delegate's hairpinMode or ipMasq does no harm). Pure.
 import { isAbsolute } from 'node:path';
-import { isValidLinkName } from '../lib/linkname.js';
+import { ifNameProblem } from '../../src/util/names.js';
 import { CniError, ErrorCode, type CniDNS, type NetConf } from '../skel/types.js';
 
 /** The CNI `type` (and bundle name); `ovs` belongs to k8snetworkplumbingwg/ovs-cni. */
@@ -36,8 +36,9 @@ export class OvsPluginConfigError extends CniError {
   constructor(
     readonly key: string,
     msg: string,
+    details = '',
   ) {
-    super(ErrorCode.InvalidNetworkConfig, msg);
+    super(ErrorCode.InvalidNetworkConfig, msg, details);
     this.name = 'OvsPluginConfigError';
   }
 }
@@ -108,8 +109,13 @@ function decodeDNS(c: Obj): CniDNS | null {
 export function loadOvsConf(config: NetConf): OvsConf {
   const c = config as Obj;
   const bridge = str(c, 'bridge') ?? DEFAULT_OVS_BRIDGE;
-  if (!isValidLinkName(bridge)) {
-    throw new OvsPluginConfigError('bridge', `${OVS_PLUGIN_TYPE}: 'bridge' must be an interface name of 1 to 15 characters without spaces, '/' or ':', got ${JSON.stringify(bridge)}`);
+  const bridgeProblem = ifNameProblem(bridge);
+  if (bridgeProblem !== null) {
+    throw new OvsPluginConfigError(
+      'bridge',
+      `${OVS_PLUGIN_TYPE}: 'bridge' must be an interface name of 1 to 15 characters without spaces, '/' or ':', got ${JSON.stringify(bridge)}`,
+      `bridge ${JSON.stringify(bridge)}: ${bridgeProblem}`,
+    );
   }
   const ovsRunDir = str(c, 'ovsRunDir') || DEFAULT_OVS_RUNDIR;
   if (!isAbsolute(ovsRunDir) || ovsRunDir.includes('\0')) {

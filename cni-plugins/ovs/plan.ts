@@ -1,12 +1,13 @@
 // Pure planning for the weft-ovs plugin: the host veth's name, the pod's addressing from the IPAM
 // result (one IPv4 address, its gateway = the node's weft-gw0 address, routes), the `ip` batch
 // lines for the host and the pod, the ADD result, and CHECK's judgement over what was read back.
-// Data in, text out: unit-tested without root.
+// Data in, lines out (made by src/render/ipbatch.ts): unit-tested without root.
+import { ipLine, named, type IpWord } from '../../src/render/ipbatch.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';
 import { gatewayOf, macFromIP } from '../../src/backend/ovs/pipeline.js';
 import type { PodInterface } from '../../src/backend/ovs/bridge.js';
 import type { IpLink } from '../lib/ipjson.js';
-import { addrAddLine, podRouteLines, type BatchLine } from '../lib/lines.js';
+import { addrAddLine, linkShowLine, linkUpLine, podRouteLines, type BatchLine } from '../lib/lines.js';
 import { sha512Hex } from '../skel/sha512.js';
 import { CniError, ErrorCode, type CniDNS, type CniIPConfig, type CniResult, type CniRoute } from '../skel/types.js';
 import { OVS_PLUGIN_TYPE, type OvsConf } from './config.js';
@@ -129,28 +130,29 @@ export interface HostBatch {
  * txqueuelen 0 as the reference's netlink library creates veths.
  */
 export function hostBatch(s: HostBatchSpec): HostBatch {
-  const mtu = s.mtu > 0 ? ` mtu ${s.mtu}` : '';
+  const mtu: IpWord[] = s.mtu > 0 ? ['mtu', s.mtu] : [];
+  const veth = named('host veth', s.hostVeth);
   const lines: BatchLine[] = [
     {
-      line: `link add name ${s.hostVeth}${mtu} txqueuelen 0 type veth peer name ${s.ifname}${mtu} txqueuelen 0 netns ${s.peerNetns}`,
+      line: ipLine('link', 'add', 'name', veth, ...mtu, 'txqueuelen', 0, 'type', 'veth', 'peer', 'name', named('CNI_IFNAME', s.ifname), ...mtu, 'txqueuelen', 0, 'netns', named('peer netns', s.peerNetns)),
       what: 'failed to make veth pair',
     },
   ];
-  if (s.arpOff) lines.push({ line: `link set dev ${s.hostVeth} arp off`, what: `failed to turn ARP off on "${s.hostVeth}"` });
-  lines.push({ line: `link set dev ${s.hostVeth} up`, what: `failed to set "${s.hostVeth}" up` });
-  lines.push({ line: `link show dev ${s.hostVeth}`, what: `failed to lookup "${s.hostVeth}"` });
+  if (s.arpOff) lines.push({ line: ipLine('link', 'set', 'dev', veth, 'arp', 'off'), what: `failed to turn ARP off on "${s.hostVeth}"` });
+  lines.push({ line: linkUpLine(s.hostVeth), what: `failed to set "${s.hostVeth}" up` });
+  lines.push({ line: linkShowLine(s.hostVeth), what: `failed to lookup "${s.hostVeth}"` });
   return { lines, vethAdd: 1 };
 }
 
 /** The pod side in one `nsenter … ip -batch`: MAC, address, up, routes, read back. */
 export function podBatch(ifname: string, a: PodAddressing): BatchLine[] {
   const lines: BatchLine[] = [
-    { line: `link set dev ${ifname} address ${a.mac}`, what: `failed to set the MAC of "${ifname}" to ${a.mac}` },
+    { line: ipLine('link', 'set', 'dev', named('device', ifname), 'address', named('MAC', a.mac)), what: `failed to set the MAC of "${ifname}" to ${a.mac}` },
   ];
   for (const ipc of a.ips) lines.push({ line: addrAddLine(ipc.address, ifname), what: `failed to add IP addr ${ipc.address} to "${ifname}"` });
-  lines.push({ line: `link set dev ${ifname} up`, what: `failed to set "${ifname}" UP` });
+  lines.push({ line: linkUpLine(ifname), what: `failed to set "${ifname}" UP` });
   lines.push(...podRouteLines(ifname, a.ips, a.routes));
-  lines.push({ line: `link show dev ${ifname}`, what: 'failed to retrieve link' });
+  lines.push({ line: linkShowLine(ifname), what: 'failed to retrieve link' });
   return lines;
 }
 

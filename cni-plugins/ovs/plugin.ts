@@ -18,12 +18,13 @@ import { listPodInterfaces, type PodInterface } from '../../src/backend/ovs/brid
 import { OvsClient } from '../../src/ovs/cli.js';
 import { errorMessage } from '../../src/util/errors.js';
 import { execProgram } from '../../src/util/exec.js';
+import { isValidIfName } from '../../src/util/names.js';
 import { hostLinkNames } from '../lib/hostns.js';
 import { batchFailure, ipBatch, startPodIpBatch, type IpBatchResult, type PendingPodBatch } from '../lib/ipbatch.js';
 import { linksOf, type IpLink } from '../lib/ipjson.js';
-import type { BatchLine } from '../lib/lines.js';
-import { isValidLinkName } from '../lib/linkname.js';
+import { addrShowLine, linkDelLine, type BatchLine } from '../lib/lines.js';
 import { NetnsHandle } from '../lib/netns.js';
+import { podIdentity, type PodIdentity } from '../lib/podargs.js';
 import { internalError, Undo, withCleanup } from '../lib/rollback.js';
 import { cniPathDelegates } from '../skel/delegate.js';
 import { CniError, ErrorCode, type CniPlugin, type CniRequest, type CniResult, type Delegates } from '../skel/types.js';
@@ -35,10 +36,6 @@ export interface OvsPluginDeps {
   /** The Open vSwitch client for a run dir (default: src/ovs/cli.ts's OvsClient). */
   readonly ovs?: (runDir: string) => OvsClient;
 }
-
-/** CNI_ARGS keys the runtime (kubelet/CRI) sets; they go on the port as external_ids. */
-const POD_NAME_ARG = 'K8S_POD_NAME';
-const POD_NAMESPACE_ARG = 'K8S_POD_NAMESPACE';
 
 /** IPAM plugins that refuse a second allocation for the same attachment (host-local does). */
 const REFUSES_DUPLICATES = new Set(['host-local']);
@@ -81,7 +78,7 @@ async function plugHost(req: CniRequest, conf: OvsConf, ns: NetnsHandle, hostVet
   if (!vethFailed) {
     // Deleting the host end removes both ends.
     undo.push(`delete ${hostVeth}`, async () => {
-      const d = await ipBatch([`link del dev ${hostVeth}`]);
+      const d = await ipBatch([linkDelLine(hostVeth)]);
       if (d.code !== 0 && !/Cannot find device|does not exist/.test(d.message)) throw new Error(d.message);
     });
   }
@@ -151,11 +148,13 @@ class EarlyPod {
 
 async function add(deps: OvsPluginDeps, req: CniRequest): Promise<CniResult> {
   const conf = loadOvsConf(req.config);
+  // The pod's name and namespace go on the port as external_ids (CNI_ARGS, from kubelet/CRI).
+  const pod = podIdentity(req.args);
   const ns = NetnsHandle.openForPod(req.netns);
   const undo = new Undo();
   const early = new EarlyPod(ns);
   try {
-    return await addIn(deps, req, conf, ns, undo, early);
+    return await addIn(deps, req, conf, pod, ns, undo, early);
   } catch (e) {
     early.cancel(); // before the undo: nothing more may happen in the pod
     throw withCleanup(e, await undo.run());
@@ -166,7 +165,7 @@ async function add(deps: OvsPluginDeps, req: CniRequest): Promise<CniResult> {
   }
 }
 
-async function addIn(deps: OvsPluginDeps, req: CniRequest, conf: OvsConf, ns: NetnsHandle, undo: Undo, early: EarlyPod): Promise<CniResult> {
+async function addIn(deps: OvsPluginDeps, req: CniRequest, conf: OvsConf, pod: PodIdentity, ns: NetnsHandle, undo: Undo, early: EarlyPod): Promise<CniResult> {
   const hostVeth = hostVethName(req.containerId, req.ifname);
   const ovs = ovsClient(deps, conf);
   const hostP = plugHost(req, conf, ns, hostVeth, undo);
@@ -187,8 +186,6 @@ async function addIn(deps: OvsPluginDeps, req: CniRequest, conf: OvsConf, ns: Ne
   const ipam = await ipamP;
   const a = await addrP;
 
-  const podName = req.args.get(POD_NAME_ARG);
-  const podNamespace = req.args.get(POD_NAMESPACE_ARG);
   // Pushed before the attach starts: a port added by a call that then fails must go too.
   undo.push(`detach ${hostVeth} from ${conf.bridge}`, () => detachPodPort(ovs, conf.bridge, { containerId: req.containerId, ifName: req.ifname }));
   const attach = async (): Promise<number> => {
@@ -201,8 +198,7 @@ async function addIn(deps: OvsPluginDeps, req: CniRequest, conf: OvsConf, ns: Ne
         ip: a.ip,
         mac: a.mac,
         gateway: a.gateway,
-        ...(podName ? { podName } : {}),
-        ...(podNamespace ? { podNamespace } : {}),
+        ...pod,
       });
     } catch (e) {
       throw new OvsAttachError(`failed to attach ${hostVeth} to Open vSwitch bridge ${conf.bridge}: ${errorMessage(e)}`);
@@ -222,7 +218,7 @@ async function addIn(deps: OvsPluginDeps, req: CniRequest, conf: OvsConf, ns: Ne
 
 /** Deletes the pod interface from inside the netns (its veth peer goes with it). */
 async function deletePodLink(ns: NetnsHandle, ifname: string): Promise<void> {
-  const r = await ipBatch([`link del dev ${ifname}`], { netns: ns });
+  const r = await ipBatch([linkDelLine(ifname)], { netns: ns });
   if (r.code !== 0 && !/does not exist|Cannot find device/.test(r.message)) throw internalError(`failed to delete "${ifname}": ${r.message}`);
 }
 
@@ -231,13 +227,13 @@ async function deleteHostVeths(ovs: OvsClient, req: CniRequest): Promise<void> {
   const names = new Set([hostVethName(req.containerId, req.ifname)]);
   try {
     for (const row of await findPodInterfaces(ovs, { containerId: req.containerId, ifName: req.ifname })) {
-      if (isValidLinkName(row.name)) names.add(row.name);
+      if (isValidIfName(row.name)) names.add(row.name);
     }
   } catch {
     // OVS unreachable: the detach reports it; the deterministic name is still tried
   }
   const r = await ipBatch(
-    [...names].map((n) => `link del dev ${n}`),
+    [...names].map((n) => linkDelLine(n)),
     { force: true },
   );
   const real = r.message
@@ -279,7 +275,7 @@ async function check(deps: OvsPluginDeps, req: CniRequest): Promise<void> {
       listPodInterfaces(ovs, conf.bridge).catch((e: unknown): PodInterface[] => {
         throw new OvsAttachError(`failed to list the ports of Open vSwitch bridge ${conf.bridge}: ${errorMessage(e)}`);
       }),
-      ipBatch([`address show dev ${req.ifname}`], { netns: ns, json: true, force: true }),
+      ipBatch([addrShowLine(req.ifname)], { netns: ns, json: true, force: true }),
     ]);
     const port = ports.find((p) => p.containerId === req.containerId && p.ifName === req.ifname) ?? null;
     const podLink = linksOf(podR.docs).find((l) => l.ifname === req.ifname) ?? null;

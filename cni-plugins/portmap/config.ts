@@ -5,6 +5,8 @@
 import { CniError, ErrorCode, type CniResult, type NetConf } from '../skel/types.js';
 import { IPAddr, IPNet, type Family } from '../../src/util/ip.js';
 import { errorMessage } from '../../src/util/errors.js';
+import { xtChainProblem } from '../../src/render/iptables.js';
+import { iptablesConditionsProblem, nftConditionsProblem } from './conditions.js';
 
 export type Protocol = 'tcp' | 'udp' | 'sctp';
 export type Backend = 'iptables' | 'nftables';
@@ -168,7 +170,7 @@ export function parseConfig(conf: NetConf, opts: ParseOptions): PortMapConfig {
   }
   const markMasqBit = markBitRaw ?? DEFAULT_MARK_BIT;
   if (markMasqBit < 0 || markMasqBit > 31) throw new PortMapConfigError('MasqMarkBit must be between 0 and 31');
-  if (externalSetMarkChain !== null && !/^[^\s"'!-][^\s"']{0,27}$/.test(externalSetMarkChain)) {
+  if (externalSetMarkChain !== null && xtChainProblem(externalSetMarkChain) !== null) {
     throw invalid(`externalSetMarkChain ${JSON.stringify(externalSetMarkChain)} is not a valid iptables chain name`);
   }
 
@@ -191,6 +193,18 @@ export function parseConfig(conf: NetConf, opts: ParseOptions): PortMapConfig {
   const wrong: Backend = backend === 'iptables' ? 'nftables' : 'iptables';
   if (optionsOf[wrong].length > 0) {
     throw new PortMapConfigError(`${backend} backend was requested but configuration contains ${wrong}-specific options [${optionsOf[wrong].join(' ')}]`);
+  }
+  // The conditions go into the rules that lead to the host ports: exactly one match fragment, nothing else.
+  for (const [key, conds] of [
+    ['conditionsV4', conditionsV4],
+    ['conditionsV6', conditionsV6],
+  ] as const) {
+    if (conds === null) continue;
+    const problem = backend === 'iptables' ? iptablesConditionsProblem(conds) : nftConditionsProblem(conds);
+    if (problem !== null) {
+      const [i, why] = problem;
+      throw invalid(`${key}: token ${JSON.stringify(conds[i])} ${why} (${backend} conditions ${JSON.stringify(conds)} must be one rule match and nothing else)`);
+    }
   }
 
   const portMappings = parseMappings(conf.runtimeConfig);

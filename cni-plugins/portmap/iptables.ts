@@ -6,6 +6,7 @@
 // what was read. Such a plan, written against a table another process changed in between, fails
 // as a whole too and is recomputed from a fresh read.
 import type { Family } from '../../src/util/ip.js';
+import type { IptablesPayload } from '../../src/render/iptables.js';
 import { parseSave, type SavedNat } from './rules.js';
 import { runTool } from './sys.js';
 
@@ -45,7 +46,7 @@ export async function readNat(family: Family): Promise<SavedNat> {
   }
 }
 
-export async function restoreNat(family: Family, payload: string): Promise<void> {
+export async function restoreNat(family: Family, payload: IptablesPayload): Promise<void> {
   await runTool(xtTools(family).restore, ['-w', '--noflush'], payload);
 }
 
@@ -56,7 +57,7 @@ export interface ApplyOptions {
    * A payload to try before reading the table: one that either does exactly what `plan` would
    * do or fails as a whole. Its failure only means "read the table and plan".
    */
-  readonly blind?: string;
+  readonly blind?: IptablesPayload;
 }
 
 /**
@@ -64,7 +65,7 @@ export interface ApplyOptions {
  * `plan(saved)` (nothing when it is null) and, if the transaction fails, re-reads and tries again
  * while the plan keeps changing.
  */
-export async function applyNat(family: Family, plan: (saved: SavedNat) => string | null, opts: ApplyOptions = {}): Promise<void> {
+export async function applyNat(family: Family, plan: (saved: SavedNat) => IptablesPayload | null, opts: ApplyOptions = {}): Promise<void> {
   if (opts.blind !== undefined && opts.saved === undefined) {
     try {
       await restoreNat(family, opts.blind);

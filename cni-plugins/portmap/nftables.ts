@@ -1,6 +1,7 @@
 // The nftables driver: `nft -a list table <family> cni_hostport` to read (both families in
 // parallel) and one `nft -f -` transaction, for both families at once, to change.
 import { CommandError } from '../../src/util/exec.js';
+import type { NftScript } from '../../src/render/nft.js';
 import { NFT_TABLE, parseNftTable, type NftFamily, type NftTable } from './nftrules.js';
 import { runTool, ToolMissingError } from './sys.js';
 
@@ -26,7 +27,7 @@ export async function listNftTable(family: NftFamily): Promise<NftTable | null> 
   }
 }
 
-export async function runNftScript(op: string, script: string): Promise<void> {
+export async function runNftScript(op: string, script: NftScript): Promise<void> {
   try {
     await runTool('nft', ['-f', '-'], script);
   } catch (e) {

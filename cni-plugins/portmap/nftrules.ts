@@ -4,6 +4,19 @@
 // and localhost masquerade rules in `masquerading`, each commented with the container ID). Rules
 // are rendered the way `nft list` prints them, so CHECK compares text.
 import type { Family, IPAddr } from '../../src/util/ip.js';
+import {
+  nft,
+  nftComment,
+  nftJoin,
+  nftName,
+  nftRule,
+  nftRuleBody,
+  nftScript,
+  nftWords,
+  type NftPart,
+  type NftRuleText,
+  type NftScript,
+} from '../../src/render/nft.js';
 import type { ContainerAddr, PortMapConfig } from './config.js';
 import { conditionsOf } from './config.js';
 
@@ -19,38 +32,38 @@ export const CONTAINER_RULE_CHAINS = [HOSTPORTS, HOSTIP_HOSTPORTS, MASQUERADING]
 export type NftFamily = 'ip' | 'ip6';
 export const nftFamily = (f: Family): NftFamily => (f === 4 ? 'ip' : 'ip6');
 
-const ipPort = (ip: IPAddr, port: number): string => (ip.family === 6 ? `[${ip.toString()}]:${port}` : `${ip.toString()}:${port}`);
+const ipPort = (ip: IPAddr, port: number): NftPart => (ip.family === 6 ? nft`[${ip}]:${port}` : nft`${ip}:${port}`);
 
 export interface NftDesired {
   readonly family: Family;
   readonly containerId: string;
   readonly conditions: readonly string[];
   /** `hostports` rules, as nft lists them (comment included). */
-  readonly hostports: readonly string[];
+  readonly hostports: readonly NftRuleText[];
   /** `masquerading` rules; empty without snat. */
-  readonly masquerading: readonly string[];
+  readonly masquerading: readonly NftRuleText[];
   readonly snat: boolean;
 }
 
 export function desiredNft(conf: PortMapConfig, containerId: string, family: Family, addr: ContainerAddr): NftDesired {
   const ipX = nftFamily(family);
-  const comment = `comment "${containerId}"`;
-  const hostports: string[] = [];
+  const comment = nftComment('container ID', containerId);
+  const hostports: NftRuleText[] = [];
   for (const pm of conf.portMappings) {
-    let dst = '';
+    let dst = nft``;
     if (pm.hostIP) {
       if (pm.hostIP.family !== family) continue;
-      if (!pm.hostIP.isUnspecified()) dst = `${ipX} daddr ${pm.hostIP.toString()} `;
+      if (!pm.hostIP.isUnspecified()) dst = nft`${ipX} daddr ${pm.hostIP} `;
     }
-    hostports.push(`${dst}${pm.protocol} dport ${pm.hostPort} dnat to ${ipPort(addr.ip, pm.containerPort)} ${comment}`);
+    hostports.push(nftRule`${dst}${pm.protocol} dport ${pm.hostPort} dnat to ${ipPort(addr.ip, pm.containerPort)} comment ${comment}`);
   }
-  const masquerading: string[] = [];
+  const masquerading: NftRuleText[] = [];
   if (conf.snat) {
-    const ip = addr.ip.toString();
+    const ip = addr.ip;
     // The hairpin source is the container itself; masqAll widens it to every source.
     const src = conf.masqAll ? (family === 4 ? '0.0.0.0/0' : '::/0') : ip;
-    masquerading.push(`${ipX} saddr ${src} ${ipX} daddr ${ip} masquerade ${comment}`);
-    if (family === 4 && !conf.masqAll) masquerading.push(`ip saddr 127.0.0.1 ip daddr ${ip} masquerade ${comment}`);
+    masquerading.push(nftRule`${ipX} saddr ${src} ${ipX} daddr ${ip} masquerade comment ${comment}`);
+    if (family === 4 && !conf.masqAll) masquerading.push(nftRule`ip saddr 127.0.0.1 ip daddr ${ip} masquerade comment ${comment}`);
   }
   return { family, containerId, conditions: conditionsOf(conf, family), hostports, masquerading, snat: conf.snat };
 }
@@ -106,49 +119,59 @@ export function rulesOfContainer(table: NftTable, containerId: string): { chain:
   return out;
 }
 
-const deleteLines = (family: NftFamily, refs: readonly { chain: string; rule: NftRule }[]): string[] =>
-  refs.map(({ chain, rule }) => `delete rule ${family} ${NFT_TABLE} ${chain} handle ${rule.handle}`);
+const TABLE = nftName('table', NFT_TABLE);
+
+const deleteLines = (family: NftFamily, refs: readonly { chain: string; rule: NftRule }[]): NftPart[] =>
+  refs.map(({ chain, rule }) => nft`delete rule ${family} ${TABLE} ${nftName('chain', chain)} handle ${rule.handle}`);
 
 /**
  * One `nft -f` script for the families in `want`: the table and its chains made if missing, the
  * hook chains and `hostports_all` rewritten (with this config's conditions), the container's
  * previous rules (`stale`, from an earlier ADD) deleted and its rules added.
  */
-export function renderNftAdd(want: readonly NftDesired[], stale: ReadonlyMap<NftFamily, readonly { chain: string; rule: NftRule }[]>): string {
-  const out: string[] = [];
+export function renderNftAdd(want: readonly NftDesired[], stale: ReadonlyMap<NftFamily, readonly { chain: string; rule: NftRule }[]>): NftScript {
+  const out: NftPart[] = [];
+  const [hostports, hostipHostports, hostportsAll, masquerading] = [HOSTPORTS, HOSTIP_HOSTPORTS, HOSTPORTS_ALL, MASQUERADING].map((c) => nftName('chain', c)) as [
+    NftPart,
+    NftPart,
+    NftPart,
+    NftPart,
+  ];
   for (const w of want) {
     const f = nftFamily(w.family);
-    const t = `${f} ${NFT_TABLE}`;
-    const cond = w.conditions.length > 0 ? `${w.conditions.join(' ')} ` : '';
+    const t = nft`${f} ${TABLE}`;
+    const cond = nftWords(w.family === 4 ? 'conditionsV4' : 'conditionsV6', w.conditions);
+    const hookRule = (hook: string): NftPart =>
+      nftJoin([nft`add rule ${t} ${nftName('chain', hook)}`, cond, nft`fib daddr type local jump ${hostportsAll}`]);
     out.push(
-      `add table ${t} { comment "${NFT_TABLE_COMMENT}" ; }`,
-      `add chain ${t} ${HOSTPORTS}`,
-      `add chain ${t} ${HOSTIP_HOSTPORTS}`,
-      `add chain ${t} ${HOSTPORTS_ALL}`,
-      `flush chain ${t} ${HOSTPORTS_ALL}`,
-      `add rule ${t} ${HOSTPORTS_ALL} jump ${HOSTIP_HOSTPORTS}`,
-      `add rule ${t} ${HOSTPORTS_ALL} jump ${HOSTPORTS}`,
-      `add chain ${t} prerouting { type nat hook prerouting priority dstnat ; }`,
-      `flush chain ${t} prerouting`,
-      `add rule ${t} prerouting ${cond}fib daddr type local jump ${HOSTPORTS_ALL}`,
+      nft`add table ${t} { comment ${nftComment('table comment', NFT_TABLE_COMMENT)} ; }`,
+      nft`add chain ${t} ${hostports}`,
+      nft`add chain ${t} ${hostipHostports}`,
+      nft`add chain ${t} ${hostportsAll}`,
+      nft`flush chain ${t} ${hostportsAll}`,
+      nft`add rule ${t} ${hostportsAll} jump ${hostipHostports}`,
+      nft`add rule ${t} ${hostportsAll} jump ${hostports}`,
+      nft`add chain ${t} prerouting { type nat hook prerouting priority dstnat ; }`,
+      nft`flush chain ${t} prerouting`,
+      hookRule('prerouting'),
       // nft accepts the "dstnat" name only on prerouting; -100 is the same priority.
-      `add chain ${t} output { type nat hook output priority -100 ; }`,
-      `flush chain ${t} output`,
-      `add rule ${t} output ${cond}fib daddr type local jump ${HOSTPORTS_ALL}`,
+      nft`add chain ${t} output { type nat hook output priority -100 ; }`,
+      nft`flush chain ${t} output`,
+      hookRule('output'),
     );
-    if (w.snat) out.push(`add chain ${t} ${MASQUERADING} { type nat hook postrouting priority srcnat ; }`);
+    if (w.snat) out.push(nft`add chain ${t} ${masquerading} { type nat hook postrouting priority srcnat ; }`);
     out.push(...deleteLines(f, stale.get(f) ?? []));
-    for (const r of w.hostports) out.push(`add rule ${t} ${HOSTPORTS} ${r}`);
-    for (const r of w.masquerading) out.push(`add rule ${t} ${MASQUERADING} ${r}`);
+    for (const r of w.hostports) out.push(nft`add rule ${t} ${hostports} ${nftRuleBody('rule', r)}`);
+    for (const r of w.masquerading) out.push(nft`add rule ${t} ${masquerading} ${nftRuleBody('rule', r)}`);
   }
-  return `${out.join('\n')}\n`;
+  return nftScript(out);
 }
 
 /** The `nft -f` script deleting the given rules; null when there are none. */
-export function renderNftDelete(refs: ReadonlyMap<NftFamily, readonly { chain: string; rule: NftRule }[]>): string | null {
-  const out: string[] = [];
+export function renderNftDelete(refs: ReadonlyMap<NftFamily, readonly { chain: string; rule: NftRule }[]>): NftScript | null {
+  const out: NftPart[] = [];
   for (const [f, list] of refs) out.push(...deleteLines(f, list));
-  return out.length === 0 ? null : `${out.join('\n')}\n`;
+  return out.length === 0 ? null : nftScript(out);
 }
 
 /** What is missing for `want` in the listed table (null: the table does not exist). */

@@ -5,6 +5,25 @@
 // mark values are the reference plugin's (containernetworking/plugins meta/portmap, v1.1.1).
 
 import { IPAddr, IPNet, type Family } from '../../src/util/ip.js';
+import {
+  iptablesPayload,
+  xt,
+  xtAppend,
+  xtChain,
+  xtCheck,
+  xtDeclare,
+  xtDelete,
+  xtDeleteChain,
+  xtInsert,
+  xtJoin,
+  xtNewChain,
+  xtQuote,
+  xtSavedSpec,
+  xtWord,
+  type IptablesPayload,
+  type XtLine,
+  type XtSpec,
+} from '../../src/render/iptables.js';
 import type { ContainerAddr, PortMapConfig } from './config.js';
 import { conditionsOf } from './config.js';
 import { sha512Hex } from '../skel/sha512.js';
@@ -42,15 +61,9 @@ export function trimComment(c: string): string {
 
 export const dnatComment = (name: string, id: string): string => trimComment(`dnat name: "${name}" id: "${id}"`);
 
-/** Quotes a token the way iptables-save does (xtables_save_string): only when it has other characters. */
+/** Quotes a string the way iptables-save does (xtables_save_string): only when it has other characters. */
 export function quoteToken(t: string): string {
-  if (/^[A-Za-z0-9_-]+$/.test(t)) return t;
-  return `"${t.replace(/["'\\]/g, (c) => `\\${c}`)}"`;
-}
-
-/** A token of a rule line: quoted only when the restore tokenizer would otherwise split or unquote it. */
-export function argToken(t: string): string {
-  return t !== '' && !/[\s"'\\]/.test(t) ? t : `"${t.replace(/["'\\]/g, (c) => `\\${c}`)}"`;
+  return xtQuote('comment', t).text;
 }
 
 /** Port lists for multiport, at most 15 per rule, in mapping order. */
@@ -70,29 +83,31 @@ function addrArg(ip: IPAddr): string {
   return `${ip.toString()}/${ip.bits}`;
 }
 
-function ipPort(ip: IPAddr, port: number): string {
-  return ip.family === 6 ? `[${ip.toString()}]:${port}` : `${ip.toString()}:${port}`;
+function ipPort(ip: IPAddr, port: number): XtSpec {
+  return ip.family === 6 ? xt`[${ip}]:${port}` : xt`${ip}:${port}`;
 }
+
+const chain = (name: string): string => xtChain('chain', name).text;
 
 // ---- the rules each piece needs, as specs (the line without `-A CHAIN`) ----
 
-export const TOP_JUMP_SPEC = `-m addrtype --dst-type LOCAL -j ${TOP_DNAT_CHAIN}`;
+export const TOP_JUMP_SPEC = xt`-m addrtype --dst-type LOCAL -j ${chain(TOP_DNAT_CHAIN)}`;
 export const TOP_JUMP_CHAINS = ['PREROUTING', 'OUTPUT'] as const;
-export const MASQ_JUMP_SPEC = `-m comment --comment ${quoteToken('CNI portfwd requiring masquerade')} -j ${MASQ_CHAIN}`;
-export const setMarkSpec = (bit: number): string =>
-  `-m comment --comment ${quoteToken('CNI portfwd masquerade mark')} -j MARK --set-xmark ${markDef(bit)}`;
-export const masqSpec = (bit: number): string => `-m mark --mark ${markDef(bit)} -j MASQUERADE`;
+export const MASQ_JUMP_SPEC = xt`-m comment --comment ${xtQuote('comment', 'CNI portfwd requiring masquerade')} -j ${chain(MASQ_CHAIN)}`;
+export const setMarkSpec = (bit: number): XtSpec =>
+  xt`-m comment --comment ${xtQuote('comment', 'CNI portfwd masquerade mark')} -j MARK --set-xmark ${markDef(bit)}`;
+export const masqSpec = (bit: number): XtSpec => xt`-m mark --mark ${markDef(bit)} -j MASQUERADE`;
 
 /** What one family of one container needs in the nat table. */
 export interface XtDesired {
   readonly family: Family;
   readonly dnatChain: string;
   /** The container chain's rules, in order, each once. */
-  readonly chainRules: readonly string[];
+  readonly chainRules: readonly XtSpec[];
   /** The rules in CNI-HOSTPORT-DNAT that jump to the container chain, in order. */
-  readonly entryRules: readonly string[];
+  readonly entryRules: readonly XtSpec[];
   /** SETMARK and MASQ rule specs when this plugin owns the masquerade chains (snat, no external chain). */
-  readonly mark: { readonly setMark: string; readonly masq: string } | null;
+  readonly mark: { readonly setMark: XtSpec; readonly masq: XtSpec } | null;
   /** The entry conditions could not all be put in iptables-save order (CHECK then compares the rest loosely). */
   readonly conditionsOpaque: boolean;
 }
@@ -123,12 +138,14 @@ function normaliseAddrArg(v: string, family: Family): string | null {
 /**
  * Splits user conditions into the generic options iptables-save prints first (`[!] -s/-d/-i/-o`)
  * and the rest, which it prints after the rule's own matches in the given order. `opaque` is set
- * when a value could not be normalised (a hostname, a list, a dotted mask).
+ * when a value could not be normalised (a hostname, a list, a dotted mask). Every token is one
+ * plain argument (the config's grammar already made sure; the renderer checks again).
  */
-export function splitConditions(conds: readonly string[], family: Family): { generic: string[]; rest: string[]; opaque: boolean } {
-  const found: Partial<Record<'s' | 'd' | 'i' | 'o', string>> = {};
-  const rest: string[] = [];
+export function splitConditions(conds: readonly string[], family: Family): { generic: XtSpec[]; rest: XtSpec[]; opaque: boolean } {
+  const found: Partial<Record<'s' | 'd' | 'i' | 'o', XtSpec>> = {};
+  const rest: XtSpec[] = [];
   let opaque = false;
+  const field = family === 4 ? 'conditionsV4' : 'conditionsV6';
   for (let i = 0; i < conds.length; i++) {
     const t = conds[i]!;
     const negated = t === '!' && GENERIC_OPTS[conds[i + 1] ?? ''] !== undefined;
@@ -142,11 +159,12 @@ export function splitConditions(conds: readonly string[], family: Family): { gen
         if (n === null) opaque = true;
         else value = n;
       }
-      found[kind] = `${negated ? '! ' : ''}${GENERIC_FLAG[kind]} ${argToken(value)}`;
+      const arg = xtWord(field, value);
+      found[kind] = negated ? xt`! ${GENERIC_FLAG[kind]} ${arg}` : xt`${GENERIC_FLAG[kind]} ${arg}`;
       i = valueAt;
       continue;
     }
-    rest.push(argToken(t));
+    rest.push(xtWord(field, t).text as XtSpec);
   }
   const generic = (['s', 'd', 'i', 'o'] as const).flatMap((k) => (found[k] === undefined ? [] : [found[k]]));
   return { generic, rest, opaque };
@@ -161,9 +179,9 @@ export function dnatEntryRules(
   conf: PortMapConfig,
   containerId: string,
   family: Family,
-): { dnatChain: string; entryRules: string[]; conditionsOpaque: boolean } {
+): { dnatChain: string; entryRules: XtSpec[]; conditionsOpaque: boolean } {
   const dnatChain = dnatChainName(conf.name, containerId);
-  const comment = quoteToken(dnatComment(conf.name, containerId));
+  const comment = xtQuote('comment', dnatComment(conf.name, containerId));
   const { generic, rest, opaque } = splitConditions(conditionsOf(conf, family), family);
   const byProto = new Map<string, number[]>();
   for (const pm of conf.portMappings) {
@@ -171,11 +189,11 @@ export function dnatEntryRules(
     list.push(pm.hostPort);
     byProto.set(pm.protocol, list);
   }
-  const entryRules: string[] = [];
+  const entryRules: XtSpec[] = [];
   for (const proto of [...byProto.keys()].sort()) {
     for (const ports of splitPortList(byProto.get(proto)!)) {
       entryRules.push(
-        [...generic, `-p ${proto}`, `-m comment --comment ${comment}`, `-m multiport --dports ${ports}`, ...rest, `-j ${dnatChain}`].join(' '),
+        xtJoin([...generic, xt`-p ${proto} -m comment --comment ${comment} -m multiport --dports ${ports}`, ...rest, xt`-j ${chain(dnatChain)}`]),
       );
     }
   }
@@ -192,20 +210,21 @@ export function desiredIptables(conf: PortMapConfig, containerId: string, family
   const setMarkChain = conf.externalSetMarkChain ?? SETMARK_CHAIN;
 
   // Per mapping: hairpin mark, localhost mark (v4), DNAT — the marks must come first.
-  const rules: string[] = [];
+  const rules: XtSpec[] = [];
+  const mark = chain(setMarkChain);
   for (const pm of conf.portMappings) {
-    let dst = '';
+    let dst: XtSpec | null = null;
     if (pm.hostIP) {
       if (pm.hostIP.family !== family) continue;
-      if (!pm.hostIP.isUnspecified()) dst = `-d ${addrArg(pm.hostIP)} `;
+      if (!pm.hostIP.isUnspecified()) dst = xt`-d ${addrArg(pm.hostIP)}`;
     }
-    const base = `${dst}-p ${pm.protocol} -m ${pm.protocol} --dport ${pm.hostPort}`;
+    const base = xtJoin([...(dst ? [dst] : []), xt`-p ${pm.protocol} -m ${pm.protocol} --dport ${pm.hostPort}`]);
     if (conf.snat) {
       // `-s 0.0.0.0/0` is no match at all; iptables-save leaves it out.
-      rules.push(conf.masqAll ? `${base} -j ${setMarkChain}` : `-s ${addr.net.toString()} ${base} -j ${setMarkChain}`);
-      if (family === 4 && !conf.masqAll) rules.push(`-s 127.0.0.1/32 ${base} -j ${setMarkChain}`);
+      rules.push(conf.masqAll ? xtJoin([base, xt`-j ${mark}`]) : xtJoin([xt`-s ${addr.net}`, base, xt`-j ${mark}`]));
+      if (family === 4 && !conf.masqAll) rules.push(xtJoin([xt`-s 127.0.0.1/32`, base, xt`-j ${mark}`]));
     }
-    rules.push(`${base} -j DNAT --to-destination ${ipPort(addr.ip, pm.containerPort)}`);
+    rules.push(xtJoin([base, xt`-j DNAT --to-destination ${ipPort(addr.ip, pm.containerPort)}`]));
   }
   // The reference adds each rule only if it is not there yet: duplicates collapse.
   const chainRules = [...new Set(rules)];
@@ -225,7 +244,7 @@ export function desiredIptables(conf: PortMapConfig, containerId: string, family
 
 export interface SavedNat {
   readonly chains: ReadonlySet<string>;
-  /** chain → rule specs (the `-A CHAIN` prefix removed), in order. */
+  /** chain → rule specs (the `-A CHAIN` prefix removed), in order, as read (checked when written back). */
   readonly rules: ReadonlyMap<string, readonly string[]>;
 }
 
@@ -254,9 +273,7 @@ export function parseSave(text: string): SavedNat {
 const rulesOf = (saved: SavedNat, chain: string): readonly string[] => saved.rules.get(chain) ?? [];
 const jumpsTo = (spec: string, chain: string): boolean => spec.endsWith(` -j ${chain}`) || spec === `-j ${chain}`;
 
-function wrap(lines: readonly string[]): string {
-  return `*nat\n${lines.join('\n')}\nCOMMIT\n`;
-}
+const wrap = (lines: readonly XtLine[]): IptablesPayload => iptablesPayload('nat', lines);
 
 /**
  * The iptables-restore --noflush payload that brings one family to `want`: shared chains and
@@ -265,15 +282,15 @@ function wrap(lines: readonly string[]): string {
  * unless already exactly right. `-N` and `-D` make the transaction fail, instead of doing harm,
  * when another process changed the table since `saved` was read; the caller then re-reads.
  */
-export function planAdd(want: XtDesired, saved: SavedNat): string {
-  const decl = [`:${want.dnatChain} - [0:0]`];
-  const body: string[] = [];
-  const ensureChain = (chain: string): void => {
-    if (!saved.chains.has(chain)) decl.push(`-N ${chain}`);
+export function planAdd(want: XtDesired, saved: SavedNat): IptablesPayload {
+  const decl = [xtDeclare(want.dnatChain)];
+  const body: XtLine[] = [];
+  const ensureChain = (name: string): void => {
+    if (!saved.chains.has(name)) decl.push(xtNewChain(name));
   };
-  const ensureRule = (chain: string, spec: string, insertFirst = false): void => {
-    if (rulesOf(saved, chain).includes(spec)) return;
-    body.push(insertFirst ? `-I ${chain} 1 ${spec}` : `-A ${chain} ${spec}`);
+  const ensureRule = (name: string, spec: XtSpec, insertFirst = false): void => {
+    if (rulesOf(saved, name).includes(spec)) return;
+    body.push(insertFirst ? xtInsert(name, 1, spec) : xtAppend(name, spec));
   };
 
   if (want.mark) {
@@ -287,13 +304,13 @@ export function planAdd(want: XtDesired, saved: SavedNat): string {
   ensureChain(TOP_DNAT_CHAIN);
   for (const c of TOP_JUMP_CHAINS) ensureRule(c, TOP_JUMP_SPEC);
 
-  for (const spec of want.chainRules) body.push(`-A ${want.dnatChain} ${spec}`);
+  for (const spec of want.chainRules) body.push(xtAppend(want.dnatChain, spec));
 
   const current = rulesOf(saved, TOP_DNAT_CHAIN).filter((s) => jumpsTo(s, want.dnatChain));
   const same = current.length === want.entryRules.length && current.every((s, i) => s === want.entryRules[i]);
   if (!same) {
-    for (const s of current) body.push(`-D ${TOP_DNAT_CHAIN} ${s}`);
-    for (const s of want.entryRules) body.push(`-A ${TOP_DNAT_CHAIN} ${s}`);
+    for (const s of current) body.push(xtDelete(TOP_DNAT_CHAIN, xtSavedSpec(s)));
+    for (const s of want.entryRules) body.push(xtAppend(TOP_DNAT_CHAIN, s));
   }
   return wrap([...decl, ...body]);
 }
@@ -308,14 +325,14 @@ export function planAdd(want: XtDesired, saved: SavedNat): string {
  * missing pieces. When it succeeds it has done exactly what `planAdd` would have done, which in
  * that state is: create the chain, fill it, append its entry rules.
  */
-export function planAddBlind(want: XtDesired): string {
-  const lines = [`-N ${want.dnatChain}`];
-  for (const c of TOP_JUMP_CHAINS) lines.push(`-C ${c} ${TOP_JUMP_SPEC}`);
+export function planAddBlind(want: XtDesired): IptablesPayload {
+  const lines = [xtNewChain(want.dnatChain)];
+  for (const c of TOP_JUMP_CHAINS) lines.push(xtCheck(c, TOP_JUMP_SPEC));
   if (want.mark) {
-    lines.push(`-C ${SETMARK_CHAIN} ${want.mark.setMark}`, `-C ${MASQ_CHAIN} ${want.mark.masq}`, `-C POSTROUTING ${MASQ_JUMP_SPEC}`);
+    lines.push(xtCheck(SETMARK_CHAIN, want.mark.setMark), xtCheck(MASQ_CHAIN, want.mark.masq), xtCheck('POSTROUTING', MASQ_JUMP_SPEC));
   }
-  for (const spec of want.chainRules) lines.push(`-A ${want.dnatChain} ${spec}`);
-  for (const spec of want.entryRules) lines.push(`-A ${TOP_DNAT_CHAIN} ${spec}`);
+  for (const spec of want.chainRules) lines.push(xtAppend(want.dnatChain, spec));
+  for (const spec of want.entryRules) lines.push(xtAppend(TOP_DNAT_CHAIN, spec));
   return wrap(lines);
 }
 
@@ -331,11 +348,11 @@ export const ownedChains = (name: string, containerId: string): OwnedChain[] => 
 ];
 
 /** Deletes the jumps to each chain, then the chain. null when none of it exists. */
-export function planTeardown(chains: readonly OwnedChain[], saved: SavedNat): string | null {
-  const lines: string[] = [];
-  for (const { chain, entryChain } of chains) {
-    for (const s of rulesOf(saved, entryChain)) if (jumpsTo(s, chain)) lines.push(`-D ${entryChain} ${s}`);
-    if (saved.chains.has(chain)) lines.push(`:${chain} - [0:0]`, `-X ${chain}`);
+export function planTeardown(chains: readonly OwnedChain[], saved: SavedNat): IptablesPayload | null {
+  const lines: XtLine[] = [];
+  for (const { chain: name, entryChain } of chains) {
+    for (const s of rulesOf(saved, entryChain)) if (jumpsTo(s, name)) lines.push(xtDelete(entryChain, xtSavedSpec(s)));
+    if (saved.chains.has(name)) lines.push(xtDeclare(name), xtDeleteChain(name));
   }
   return lines.length === 0 ? null : wrap(lines);
 }
@@ -348,9 +365,9 @@ export function planTeardown(chains: readonly OwnedChain[], saved: SavedNat): st
  * still refers to either chain or an entry rule is not there (already deleted, or written with
  * other mappings or conditions). When it succeeds it has done what `planTeardown` would have.
  */
-export function planTeardownBlind(dnatChain: string, entryRules: readonly string[], oldSnatChain: string): string {
-  const lines = entryRules.map((spec) => `-D ${TOP_DNAT_CHAIN} ${spec}`);
-  for (const chain of [dnatChain, oldSnatChain]) lines.push(`:${chain} - [0:0]`, `-X ${chain}`);
+export function planTeardownBlind(dnatChain: string, entryRules: readonly XtSpec[], oldSnatChain: string): IptablesPayload {
+  const lines = entryRules.map((spec) => xtDelete(TOP_DNAT_CHAIN, spec));
+  for (const name of [dnatChain, oldSnatChain]) lines.push(xtDeclare(name), xtDeleteChain(name));
   return wrap(lines);
 }
 

@@ -8,6 +8,8 @@ import { delimiter, join } from 'node:path';
 
 import { CommandError, runCommand } from '../../src/util/exec.js';
 import type { Family, IPAddr } from '../../src/util/ip.js';
+import type { IptablesPayload } from '../../src/render/iptables.js';
+import type { NftScript } from '../../src/render/nft.js';
 import { errorMessage } from '../../src/util/errors.js';
 
 const FALLBACK_DIRS = ['/usr/sbin', '/sbin', '/usr/bin', '/bin', '/usr/local/sbin', '/usr/local/bin'];
@@ -39,8 +41,11 @@ export class ToolMissingError extends Error {
   }
 }
 
-/** Runs a tool found by `findBinary`; stdout on success, a CommandError otherwise. */
-export async function runTool(name: string, args: readonly string[], stdin?: string): Promise<string> {
+/**
+ * Runs a tool found by `findBinary`; stdout on success, a CommandError otherwise. Standard input is
+ * only ever a rendered `nft -f` script or iptables-restore payload, never raw text.
+ */
+export async function runTool(name: string, args: readonly string[], stdin?: NftScript | IptablesPayload): Promise<string> {
   const path = findBinary(name);
   if (!path) throw new ToolMissingError(name);
   return runCommand(path, args, stdin === undefined ? {} : { input: stdin });

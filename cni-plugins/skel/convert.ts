@@ -13,7 +13,11 @@
 //
 // Parsing validates what the Go types validate (CIDRs, IPs, integer fields) and normalises
 // addresses to Go's text form, so a result read back from a delegate prints as Go would print it.
+// Beyond Go: an interface name must be an interface name (src/util/names.ts; empty is left for
+// the plugin's CHECK to report) and a sandbox free of control characters, because plugins hand
+// prevResult names to `ip` (a CHECK reads every host interface the result names).
 import { IPAddr, IPNet } from '../../src/util/ip.js';
+import { ifNameProblem, sandboxProblem } from '../../src/util/names.js';
 import {
   CURRENT_VERSION,
   SUPPORTED_VERSIONS,
@@ -115,11 +119,19 @@ function put<T extends object, K extends keyof T>(target: T, key: K, value: T[K]
   if (value !== undefined && value !== '' && value !== 0) target[key] = value;
 }
 
+/** `o[key]` as a string that `problem` accepts (when not Go's zero value ''). */
+function checked(o: Obj, key: string, at: string, what: string, problem: (v: string) => string | null): string | undefined {
+  const v = str(o, key, at);
+  const why = v === undefined || v === '' ? null : problem(v);
+  if (why !== null) throw new CniResultError(field(at, key), `invalid ${what} ${JSON.stringify(v)}: ${why}`);
+  return v;
+}
+
 function parseInterface(o: Obj, at: string, is1x: boolean): CniInterface {
-  const out: CniInterface = { name: str(o, 'name', at) ?? '' };
+  const out: CniInterface = { name: checked(o, 'name', at, 'interface name', ifNameProblem) ?? '' };
   put(out, 'mac', str(o, 'mac', at));
   if (is1x) put(out, 'mtu', int(o, 'mtu', at));
-  put(out, 'sandbox', str(o, 'sandbox', at));
+  put(out, 'sandbox', checked(o, 'sandbox', at, 'sandbox', sandboxProblem));
   if (is1x) {
     put(out, 'socketPath', str(o, 'socketPath', at));
     put(out, 'pciID', str(o, 'pciID', at));

@@ -2,13 +2,19 @@
 // getCmdArgsFromEnv): variables are visited in a fixed order; a required one that is set is
 // validated on the spot (so a bad CNI_CONTAINERID wins over a missing CNI_IFNAME), the missing
 // ones are reported together at the end with code 4.
+//
+// Beyond the reference: CNI_IFNAME must also be one word of every text protocol weft writes and
+// name exactly one device (no control characters, `#`, quotes, backslash, `;`, `%`: src/util/
+// names.ts ifNameProblem), and a set CNI_NETNS must be an absolute path without control
+// characters (netnsPathProblem) — both code 4, naming the value.
 import { Buffer } from 'node:buffer';
+import { CNI_NAME, ifNameProblem, netnsPathProblem } from '../../src/util/names.js';
 import { CniError, ErrorCode } from './types.js';
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
 /** Names of containers and networks (reference utils.ValidateContainerID / ValidateNetworkName). */
-export const CNI_NAME_RE = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
+export const CNI_NAME_RE = CNI_NAME;
 
 /** The kernel's IFNAMSIZ - 1. */
 export const MAX_IFNAME_BYTES = 15;
@@ -35,6 +41,15 @@ export function validateInterfaceName(name: string): void {
   if (name.includes('/') || name.includes(':') || GO_SPACE.test(name)) {
     throw new CniError(ErrorCode.InvalidEnvironment, 'interface name contains / or : or whitespace characters');
   }
+  // What the reference lets through but a batch line (or a terminal) would read specially.
+  const problem = ifNameProblem(name);
+  if (problem !== null) throw new CniError(ErrorCode.InvalidEnvironment, `invalid interface name ${JSON.stringify(name)}: ${problem}`);
+}
+
+/** A set CNI_NETNS (reference: not checked until the plugin opens it). */
+export function validateNetnsPath(path: string): void {
+  const problem = netnsPathProblem(path);
+  if (problem !== null) throw new CniError(ErrorCode.InvalidEnvironment, `invalid CNI_NETNS ${JSON.stringify(path)}: ${problem}`);
 }
 
 export function validateNetworkName(name: string): void {
@@ -77,12 +92,16 @@ export interface CniEnv {
 
 type Var = keyof CniEnv;
 
-// Which verbs require each variable; CONTAINERID and IFNAME are validated when required and set.
-const VARS: ReadonlyArray<{ name: string; key: Var; required: ReadonlySet<string>; validate?: (v: string) => void }> = [
+const ATTACH = new Set(['ADD', 'CHECK', 'DEL']);
+
+// Which verbs require each variable; a validated one is checked when set for the verbs in
+// `checked` (default: those that require it): CONTAINERID and IFNAME as the reference, NETNS also
+// for a DEL that gives one.
+const VARS: ReadonlyArray<{ name: string; key: Var; required: ReadonlySet<string>; validate?: (v: string) => void; checked?: ReadonlySet<string> }> = [
   { name: 'CNI_COMMAND', key: 'command', required: new Set(['ADD', 'CHECK', 'DEL', 'GC', 'STATUS']) },
-  { name: 'CNI_CONTAINERID', key: 'containerId', required: new Set(['ADD', 'CHECK', 'DEL']), validate: validateContainerId },
-  { name: 'CNI_NETNS', key: 'netns', required: new Set(['ADD', 'CHECK']) },
-  { name: 'CNI_IFNAME', key: 'ifname', required: new Set(['ADD', 'CHECK', 'DEL']), validate: validateInterfaceName },
+  { name: 'CNI_CONTAINERID', key: 'containerId', required: ATTACH, validate: validateContainerId },
+  { name: 'CNI_NETNS', key: 'netns', required: new Set(['ADD', 'CHECK']), validate: validateNetnsPath, checked: ATTACH },
+  { name: 'CNI_IFNAME', key: 'ifname', required: ATTACH, validate: validateInterfaceName },
   { name: 'CNI_ARGS', key: 'args', required: new Set() },
   { name: 'CNI_PATH', key: 'path', required: new Set(['ADD', 'CHECK', 'DEL', 'GC', 'STATUS']) },
   { name: 'CNI_NETNS_OVERRIDE', key: 'netnsOverride', required: new Set() },
@@ -99,7 +118,7 @@ export function readCniEnv(env: Env): CniEnv {
     const required = v.required.has(command);
     if (value === '') {
       if (required || v.name === 'CNI_COMMAND') missing.push(v.name);
-    } else if (required && v.validate) {
+    } else if (v.validate && (v.checked ?? v.required).has(command)) {
       v.validate(value);
     }
   }

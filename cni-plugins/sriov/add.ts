@@ -24,6 +24,8 @@ export async function add(deps: SriovDeps, req: CniRequest): Promise<CniResult> 
   if (conf.ovs && !deps.offload) throw new OffloadUnavailableError(conf.ovs);
   const sysfs = new Sysfs(conf.sysfsRoot);
   const { pf, vfIndex } = sysfs.locate(conf.deviceID);
+  // Its sysfs names are checked before anything is made (the lock file too); read again under the lock.
+  sysfs.vfNetdev(conf.deviceID);
   const ns = NetnsHandle.openForPod(req.netns);
   try {
     return await lockVf(conf.dataDir, conf.deviceID, () => addLocked(deps, req, conf, { sysfs, pf, vfIndex }, ns));

@@ -1,6 +1,7 @@
 // The sriov plugin's CHECK (plugin.ts's header), and the offload step's own check when it has one.
 import { ipBatch } from '../lib/ipbatch.js';
 import { linksOf } from '../lib/ipjson.js';
+import { addrShowLine } from '../lib/lines.js';
 import { NetnsHandle } from '../lib/netns.js';
 import { internalError } from '../lib/rollback.js';
 import type { CniRequest } from '../skel/types.js';
@@ -8,6 +9,7 @@ import { loadSriovConf } from './config.js';
 import type { SriovDeps } from './deps.js';
 import { podLink } from './link.js';
 import { changesToApply, mismatch } from './pf-settings.js';
+import { checkStateNames } from './state-names.js';
 import { appliedFrom, decodeState, readStateText, stateFile } from './state.js';
 
 export async function check(deps: SriovDeps, req: CniRequest): Promise<void> {
@@ -15,7 +17,7 @@ export async function check(deps: SriovDeps, req: CniRequest): Promise<void> {
   const file = stateFile(conf.dataDir, req.containerId, req.ifname);
   const text = readStateText(file);
   if (text === null) throw internalError(`no sriov state for container ${req.containerId} interface ${req.ifname} (${file})`);
-  const s = decodeState(file, text);
+  const s = checkStateNames(file, decodeState(file, text));
   const prev = req.config.prevResult;
   if (!prev) throw internalError('Required prevResult missing');
   if (conf.ipamType !== '') await deps.ipam.check(req, conf.ipamType, req.stdin);
@@ -46,6 +48,6 @@ export async function check(deps: SriovDeps, req: CniRequest): Promise<void> {
 }
 
 async function podAddresses(ns: NetnsHandle, ifname: string): Promise<string[]> {
-  const r = await ipBatch([`address show dev ${ifname}`], { netns: ns, json: true });
+  const r = await ipBatch([addrShowLine(ifname)], { netns: ns, json: true });
   return (linksOf(r.docs)[0]?.addrs ?? []).map((a) => `${a.local}/${a.prefixlen}`);
 }

@@ -7,7 +7,8 @@
 import { isAbsolute } from 'node:path';
 import { InvalidMacError, parseMac } from '../../src/util/mac.js';
 import type { VfLinkState, VlanProto } from '../../src/netlink/vf.js';
-import { isValidLinkName } from '../lib/linkname.js';
+import { ifNameProblem, isPciAddress as isLowerPciAddress } from '../../src/util/names.js';
+import { podIdentity } from '../lib/podargs.js';
 import { CniError, ErrorCode, type NetConf } from '../skel/types.js';
 
 export const DEFAULT_SYSFS_ROOT = '/sys';
@@ -107,11 +108,9 @@ function obj(o: Obj, key: string, label = key): Obj | undefined {
   return v as Obj;
 }
 
-/** A PCI address as sysfs names devices (domain:bus:device.function); also keeps paths safe. */
-const PCI_RE = /^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/i;
-
+/** A PCI address as sysfs names devices (domain:bus:device.function), in either case; also keeps paths safe. */
 export function isPciAddress(s: string): boolean {
-  return PCI_RE.test(s);
+  return isLowerPciAddress(s.toLowerCase());
 }
 
 /** Go's UnmarshallableBool for CNI_ARGS IgnoreUnknown. */
@@ -150,8 +149,9 @@ function loadOvs(c: Obj): OvsOffloadConf | null {
   const o = obj(c, 'ovs');
   if (o === undefined) return null;
   const bridge = str(o, 'bridge', 'ovs.bridge') ?? DEFAULT_OFFLOAD_BRIDGE;
-  if (!isValidLinkName(bridge)) {
-    throw new SriovConfigError(`invalid "ovs" config: "bridge" must be an interface name, got ${JSON.stringify(o.bridge ?? null)}`);
+  const bridgeProblem = ifNameProblem(bridge);
+  if (bridgeProblem !== null) {
+    throw new SriovConfigError(`invalid "ovs" config: "bridge" must be an interface name, got ${JSON.stringify(o.bridge ?? null)}`, `ovs.bridge ${JSON.stringify(bridge)}: ${bridgeProblem}`);
   }
   const out: { bridge: string; ovsRunDir?: string; datapathType?: OffloadDatapathType } = { bridge };
   const runDir = str(o, 'ovsRunDir', 'ovs.ovsRunDir');
@@ -237,6 +237,9 @@ export function loadSriovConf(config: NetConf, cniArgs: ReadonlyMap<string, stri
 
   const ipam = obj(c, 'ipam');
   const ipamType = ipam === undefined ? '' : (str(ipam, 'type', 'ipam.type') ?? '');
+  const ovs = loadOvs(c);
+  // Offload mode names the representor after the pod and records the pod on the OVS port.
+  if (ovs !== null) podIdentity(cniArgs);
   const sysfsRoot = absPath('sysfsRoot', str(c, 'sysfsRoot') || env[SYSFS_ENV] || DEFAULT_SYSFS_ROOT);
   const dataDir = absPath('dataDir', str(c, 'dataDir') || env[DATA_DIR_ENV] || DEFAULT_DATA_DIR);
   return {
@@ -253,7 +256,7 @@ export function loadSriovConf(config: NetConf, cniArgs: ReadonlyMap<string, stri
     minTxRate,
     maxTxRate,
     ipamType,
-    ovs: loadOvs(c),
+    ovs,
     sysfsRoot,
     dataDir,
   };

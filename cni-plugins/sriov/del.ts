@@ -9,6 +9,7 @@ import type { SriovDeps } from './deps.js';
 import { fallbackHostName, hostLink, podLink, podLinkParentDev, releaseVf, restoreHostVf, type HostIdentity } from './link.js';
 import { changesToNeutral, changesToReset, resetVf } from './pf-settings.js';
 import { appliedFrom, decodeState, lockVf, netnsAlive, pciAllocFile, readAllocation, readStateText, removeFile, stateFile, StateFileError, type SriovState } from './state.js';
+import { checkStateNames } from './state-names.js';
 import { Sysfs } from './sysfs.js';
 
 /** Where the state lives, from a config that may not pass ADD's validation. */
@@ -33,7 +34,7 @@ export async function del(deps: SriovDeps, req: CniRequest): Promise<void> {
   let state: SriovState | null = null;
   if (text !== null) {
     try {
-      state = decodeState(file, text);
+      state = checkStateNames(file, decodeState(file, text));
     } catch (e) {
       // A torn or foreign file must not block DEL forever (sriov-cni#447): clean up without it.
       if (!(e instanceof StateFileError)) throw e;

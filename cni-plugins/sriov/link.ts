@@ -12,12 +12,13 @@
 // host side needs its pid (`link set netns <pid>`, /proc/<pid>/ns/net), which StartedProgram
 // does not give.
 import { statSync } from 'node:fs';
+import { batchText, ipLine, named, type IpLine } from '../../src/render/ipbatch.js';
 import { delay } from '../../src/util/backoff.js';
 import { errorMessage } from '../../src/util/errors.js';
 import { execProgram, startProgram } from '../../src/util/exec.js';
 import { ipBatch, parseBatchStderr, podSysctls } from '../lib/ipbatch.js';
 import { hasFlag, linksOf, type IpLink } from '../lib/ipjson.js';
-import { podAddressLines, podIPv6Sysctls, podRouteLines, type BatchLine } from '../lib/lines.js';
+import { linkSetLine, linkShowLine, linkUpLine, podAddressLines, podIPv6Sysctls, podRouteLines, type BatchLine } from '../lib/lines.js';
 import { NetnsHandle } from '../lib/netns.js';
 import type { CniIPConfig, CniRoute } from '../skel/types.js';
 
@@ -41,21 +42,21 @@ const TEMP_NETNS_READY_MS = 5000;
 
 /** A host link by name, or null when it does not exist. */
 export async function hostLink(name: string): Promise<IpLink | null> {
-  const r = await ipBatch([`link show dev ${name}`], { json: true });
+  const r = await ipBatch([linkShowLine(name)], { json: true });
   if (r.code !== 0) return null;
   return linksOf(r.docs)[0] ?? null;
 }
 
 /** A link inside a pod, or null. */
 export async function podLink(ns: NetnsHandle, name: string): Promise<IpLink | null> {
-  const r = await ipBatch([`link show dev ${name}`], { netns: ns, json: true, details: true });
+  const r = await ipBatch([linkShowLine(name)], { netns: ns, json: true, details: true });
   if (r.code !== 0) return null;
   return linksOf(r.docs)[0] ?? null;
 }
 
 /** The PCI device behind a pod link (`ip -d` parentdev, kernel ≥ 5.14), or null. */
 export async function podLinkParentDev(ns: NetnsHandle, name: string): Promise<string | null> {
-  const r = await ipBatch([`link show dev ${name}`], { netns: ns, json: true, details: true });
+  const r = await ipBatch([linkShowLine(name)], { netns: ns, json: true, details: true });
   const doc = r.docs[0];
   const first = Array.isArray(doc) ? (doc[0] as Record<string, unknown> | undefined) : undefined;
   return first && first.parentbus === 'pci' && typeof first.parentdev === 'string' ? first.parentdev : null;
@@ -63,7 +64,7 @@ export async function podLinkParentDev(ns: NetnsHandle, name: string): Promise<s
 
 interface TempNetns {
   readonly pid: number;
-  feed(lines: readonly string[]): void;
+  feed(lines: readonly IpLine[]): void;
   readonly done: Promise<{ code: number; stderr: string }>;
 }
 
@@ -80,7 +81,7 @@ function startTempNetns(pod: NetnsHandle, host: NetnsHandle): TempNetns {
   done.catch(() => undefined);
   return {
     pid: p.pid ?? -1,
-    feed: (lines) => p.feed(lines.length > 0 ? lines.join('\n') + '\n' : ''),
+    feed: (lines) => p.feed(batchText(lines)),
     done,
   };
 }
@@ -112,7 +113,7 @@ export async function moveVfIntoPod(vf: string, ifname: string, pod: NetnsHandle
     if (temp.pid < 0) throw new VfLinkError('failed to create the temporary netns', 'unshare did not start');
     try {
       await waitOwnNetns(temp.pid);
-      const r = await ipBatch([`link set dev ${vf} down`, `link set dev ${vf} netns ${temp.pid}`]);
+      const r = await ipBatch([linkSetLine(vf, 'down'), linkSetLine(vf, 'netns', temp.pid)]);
       if (r.code !== 0) throw new VfLinkError(`failed to move IF ${vf} to the temporary netns`, r.message);
     } catch (e) {
       temp.feed([]);
@@ -120,12 +121,12 @@ export async function moveVfIntoPod(vf: string, ifname: string, pod: NetnsHandle
       throw e;
     }
     const lines = [
-      `link set dev ${vf} name ${ifname}`,
-      vf !== ifname ? `link property del dev ${ifname} altname ${vf}` : `link show dev ${ifname}`,
-      `link set dev ${ifname} netns /proc/self/fd/3`,
+      linkSetLine(vf, 'name', named('CNI_IFNAME', ifname)),
+      vf !== ifname ? ipLine('link', 'property', 'del', 'dev', named('CNI_IFNAME', ifname), 'altname', named('VF netdev', vf)) : linkShowLine(ifname),
+      linkSetLine(ifname, 'netns', '/proc/self/fd/3'),
       // Reached with effect only when the move into the pod failed: back to the host as it was.
-      `link set dev ${ifname} name ${vf}`,
-      `link set dev ${vf} netns /proc/self/fd/4`,
+      linkSetLine(ifname, 'name', named('VF netdev', vf)),
+      linkSetLine(vf, 'netns', '/proc/self/fd/4'),
     ];
     temp.feed(lines);
     const out = await temp.done;
@@ -167,9 +168,9 @@ export async function setupPodLink(ns: NetnsHandle, ifname: string, mac: string 
   ]);
   for (let attempt = 1; ; attempt++) {
     const lines: BatchLine[] = [];
-    if (mac) lines.push({ line: `link set dev ${ifname} address ${mac}`, what: `failed to set netlink MAC address to ${mac}` });
-    lines.push({ line: `link set dev ${ifname} up`, what: `error bringing interface up in container ns` });
-    lines.push({ line: `link show dev ${ifname}`, what: `failed to get netlink device with name ${ifname}` });
+    if (mac) lines.push({ line: linkSetLine(ifname, 'address', named('MAC', mac)), what: `failed to set netlink MAC address to ${mac}` });
+    lines.push({ line: linkUpLine(ifname), what: `error bringing interface up in container ns` });
+    lines.push({ line: linkShowLine(ifname), what: `failed to get netlink device with name ${ifname}` });
     const link = await podBatch(ns, lines);
     if (!link) throw new VfLinkError(`failed to get netlink device with name ${ifname}`, 'not in ip output');
     if (!mac || link.address === mac) return link;
@@ -181,7 +182,7 @@ export async function setupPodLink(ns: NetnsHandle, ifname: string, mac: string 
 /** ipam.ConfigureIface in the pod: addresses, up, routes. */
 export async function configurePodAddresses(ns: NetnsHandle, ifname: string, ips: readonly CniIPConfig[], routes: readonly CniRoute[]): Promise<void> {
   if (ips.some((i) => i.address.includes(':'))) await podSysctls(ns, podIPv6Sysctls(ifname));
-  await podBatch(ns, [...podAddressLines(ifname, ips, true), ...podRouteLines(ifname, ips, routes), { line: `link show dev ${ifname}`, what: 'failed to retrieve link' }]);
+  await podBatch(ns, [...podAddressLines(ifname, ips, true), ...podRouteLines(ifname, ips, routes), { line: linkShowLine(ifname), what: 'failed to retrieve link' }]);
 }
 
 /**
@@ -198,7 +199,7 @@ export async function announce(ns: NetnsHandle, ifname: string, mac: string): Pr
     if (carrier || Date.now() > deadline) break;
     await delay(20);
   }
-  const r = await ipBatch([`link set dev ${ifname} address ${mac}`], { netns: ns });
+  const r = await ipBatch([linkSetLine(ifname, 'address', named('MAC', mac))], { netns: ns });
   return carrier && r.code === 0;
 }
 
@@ -228,19 +229,19 @@ export async function releaseVf(ns: NetnsHandle, ifname: string, to: HostIdentit
   const host = NetnsHandle.open('/proc/self/ns/net');
   try {
     const attempt = async (name: string): Promise<{ ok: boolean; exists: boolean; msg: string }> => {
-      const lines = [`link set dev ${ifname} down`];
-      if (name !== ifname) lines.push(`link set dev ${ifname} name ${name}`);
-      if (to.mac) lines.push(`link set dev ${name} address ${to.mac}`);
-      if (to.mtu > 0) lines.push(`link set dev ${name} mtu ${to.mtu}`);
-      lines.push(`link set dev ${name} netns /proc/self/fd/4`);
+      const lines = [linkSetLine(ifname, 'down')];
+      if (name !== ifname) lines.push(linkSetLine(ifname, 'name', named('host name', name)));
+      if (to.mac) lines.push(linkSetLine(name, 'address', named('MAC', to.mac)));
+      if (to.mtu > 0) lines.push(linkSetLine(name, 'mtu', to.mtu));
+      lines.push(linkSetLine(name, 'netns', '/proc/self/fd/4'));
       const r = await execProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, 'ip', '-batch', '-'], {
-        input: lines.join('\n') + '\n',
+        input: batchText(lines),
         extraFds: [ns.fd, host.fd],
       });
       if (r.code === 0) return { ok: true, exists: false, msg: '' };
       const { failedLines, message } = parseBatchStderr(r.stderr);
       // Undo the rename so a second attempt (or DEL) finds the link under its pod name.
-      if (name !== ifname) await ipBatch([`link set dev ${name} name ${ifname}`], { netns: ns });
+      if (name !== ifname) await ipBatch([linkSetLine(name, 'name', named('CNI_IFNAME', ifname))], { netns: ns });
       return { ok: false, exists: failedLines.includes(lines.length) && /File exists/.test(message), msg: message || r.stderr.trim() };
     };
     let r = await attempt(to.name);
@@ -254,10 +255,10 @@ export async function releaseVf(ns: NetnsHandle, ifname: string, to: HostIdentit
 
 /** A VF netdev that is in the host (e.g. returned by the kernel when its pod netns died): renamed and restored. */
 export async function restoreHostVf(current: string, to: HostIdentity): Promise<void> {
-  const lines = [`link set dev ${current} down`];
-  if (current !== to.name) lines.push(`link set dev ${current} name ${to.name}`);
-  if (to.mac) lines.push(`link set dev ${to.name} address ${to.mac}`);
-  if (to.mtu > 0) lines.push(`link set dev ${to.name} mtu ${to.mtu}`);
+  const lines = [linkSetLine(current, 'down')];
+  if (current !== to.name) lines.push(linkSetLine(current, 'name', named('host name', to.name)));
+  if (to.mac) lines.push(linkSetLine(to.name, 'address', named('MAC', to.mac)));
+  if (to.mtu > 0) lines.push(linkSetLine(to.name, 'mtu', to.mtu));
   const r = await ipBatch(lines);
   if (r.code !== 0) throw new VfLinkError(`failed to restore VF netdev ${current} as ${to.name}`, r.message);
 }

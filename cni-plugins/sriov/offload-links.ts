@@ -1,10 +1,12 @@
 // The links the offload step changes, through `ip` (the representor in the host: renamed, ARP
 // and admin state) and `nsenter … ethtool` (TX checksum offload of the VF in the pod); behind an
 // interface so the unit tests can pass fakes.
+import { named } from '../../src/render/ipbatch.js';
 import { errorMessage } from '../../src/util/errors.js';
 import { execProgram } from '../../src/util/exec.js';
 import { ipBatch } from '../lib/ipbatch.js';
 import { hasFlag, linksOf, type IpLink } from '../lib/ipjson.js';
+import { linkSetLine, linkShowLine, linkUpLine } from '../lib/lines.js';
 import { NetnsHandle } from '../lib/netns.js';
 import { hostLink } from './link.js';
 
@@ -74,11 +76,11 @@ export const ipLinks: OffloadLinks = {
     return l ? toRepresentor(l) : null;
   },
   async rename(from, to, set) {
-    const lines = [`link set dev ${from} down`];
-    if (from !== to) lines.push(`link set dev ${from} name ${to}`);
-    lines.push(`link set dev ${to} arp ${set.arp ? 'on' : 'off'}`);
-    if (set.up) lines.push(`link set dev ${to} up`);
-    lines.push(`link show dev ${to}`);
+    const lines = [linkSetLine(from, 'down')];
+    if (from !== to) lines.push(linkSetLine(from, 'name', named('new name', to)));
+    lines.push(linkSetLine(to, 'arp', set.arp ? 'on' : 'off'));
+    if (set.up) lines.push(linkUpLine(to));
+    lines.push(linkShowLine(to));
     const r = await ipBatch(lines, { json: true });
     const step = from === to ? `failed to set up ${to}` : `failed to rename ${from} to ${to}`;
     if (r.code !== 0) throw new OffloadLinkError(step, r.message || `ip exited with status ${r.code}`);

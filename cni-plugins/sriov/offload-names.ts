@@ -2,7 +2,7 @@
 // representor's name on the host (Antrea's rule), and the pod's IPv4 address and gateway.
 import { gatewayOf } from '../../src/backend/ovs/pipeline.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';
-import { isValidLinkName } from '../lib/linkname.js';
+import { isValidIfName } from '../../src/util/names.js';
 import type { CniIPConfig } from '../skel/types.js';
 import { DEFAULT_OFFLOAD_BRIDGE, DEFAULT_OFFLOAD_OVS_RUNDIR, type OffloadDatapathType, type OvsOffloadConf } from './config.js';
 
@@ -42,7 +42,7 @@ export function hostIfaceName(podName: string | undefined, containerId: string, 
   const named = (name: string): string | null => {
     const prefix = name.slice(0, NAME_PREFIX_CHARS).replace(/^-+/, '');
     const out = `${prefix}-${hash}`;
-    return prefix !== '' && isValidLinkName(out) ? out : null;
+    return prefix !== '' && isValidIfName(out) ? out : null;
   };
   return (podName ? named(podName) : null) ?? named(containerId) ?? `sriov-${hash}`;
 }

@@ -1,6 +1,6 @@
 // The offload step's part of the sriov state file (weft.offload): what detach needs to undo an
 // attach, and its lenient reading (a state that lacks what detach needs reads as none).
-import { isValidLinkName } from '../lib/linkname.js';
+import { isValidIfName } from '../../src/util/names.js';
 import type { OffloadDatapathType } from './config.js';
 
 /** What detach needs, saved in the sriov state file (weft.offload). */
@@ -26,7 +26,7 @@ export function encodeOffloadState(s: OffloadState): Record<string, unknown> {
 /** The state attach saved, or null when there is none or it lacks what detach needs. */
 export function decodeOffloadState(raw: Record<string, unknown> | null): OffloadState | null {
   if (raw === null) return null;
-  const name = (v: unknown): string | null => (typeof v === 'string' && isValidLinkName(v) ? v : null);
+  const name = (v: unknown): string | null => (isValidIfName(v) ? v : null);
   const representor = name(raw.representor);
   const hostIface = name(raw.hostIface);
   const bridge = name(raw.bridge);

@@ -22,7 +22,8 @@ import { listPodInterfaces, type PodInterface } from '../../src/backend/ovs/brid
 import { attachPodPort, detachPodPort, findPodInterfaces } from '../../src/backend/ovs/podport.js';
 import { OvsClient } from '../../src/ovs/cli.js';
 import { errorMessage } from '../../src/util/errors.js';
-import { isValidLinkName } from '../lib/linkname.js';
+import { isValidIfName } from '../../src/util/names.js';
+import { podIdentity } from '../lib/podargs.js';
 import { tryStep, Undo } from '../lib/rollback.js';
 import { CniError, ErrorCode, type CniRequest } from '../skel/types.js';
 import { loadSriovConf, type OvsOffloadConf } from './config.js';
@@ -32,9 +33,6 @@ import { hostIfaceName, offloadSettings, podAddress } from './offload-names.js';
 import { decodeOffloadState, encodeOffloadState, type OffloadState } from './offload-state.js';
 import { discoverRepresentor, Sysfs } from './sysfs.js';
 
-/** CNI_ARGS keys the runtime sets; they name the host interface and go on the port. */
-const POD_NAME_ARG = 'K8S_POD_NAME';
-const POD_NAMESPACE_ARG = 'K8S_POD_NAMESPACE';
 const VF_REPRESENTOR_PORT_RE = /^(?:c\d+)?pf\d+vf\d+$/;
 
 // ---- errors ----
@@ -121,9 +119,9 @@ export function createOvsOffload(deps: OvsOffloadDeps = {}): OffloadHooks {
     }
     const mac = ctx.podInterface.mac.toLowerCase();
     if (mac === '') throw fail(`the VF in the pod (${ctx.podInterface.name}) has no MAC address`);
-    const podName = req.args.get(POD_NAME_ARG);
-    const podNamespace = req.args.get(POD_NAMESPACE_ARG);
-    const hostIface = hostIfaceName(podName, req.containerId, req.ifname);
+    // CNI_ARGS' pod name and namespace name the host interface and go on the port (loadSriovConf checked them).
+    const pod = podIdentity(req.args);
+    const hostIface = hostIfaceName(pod.podName, req.containerId, req.ifname);
     const ovs = client(cfg.ovsRunDir);
     try {
       await requireBridge(ovs, cfg.bridge);
@@ -161,8 +159,7 @@ export function createOvsOffload(deps: OvsOffloadDeps = {}): OffloadHooks {
         ip: addr.ip,
         mac,
         gateway: addr.gateway,
-        ...(podName ? { podName } : {}),
-        ...(podNamespace ? { podNamespace } : {}),
+        ...pod,
       });
       const state: OffloadState = {
         representor: rep,
@@ -208,9 +205,9 @@ export function createOvsOffload(deps: OvsOffloadDeps = {}): OffloadHooks {
     const ovs = client(cfg.ovsRunDir);
     const pod = { containerId: req.containerId, ifName: req.ifname };
     const errors: string[] = [];
-    const names = new Set<string>([hostIfaceName(req.args.get(POD_NAME_ARG), req.containerId, req.ifname)]);
+    const names = new Set<string>([hostIfaceName(podIdentity(req.args).podName, req.containerId, req.ifname)]);
     try {
-      for (const row of await findPodInterfaces(ovs, pod)) if (isValidLinkName(row.name)) names.add(row.name);
+      for (const row of await findPodInterfaces(ovs, pod)) if (isValidIfName(row.name)) names.add(row.name);
       await detachPodPort(ovs, cfg.bridge, pod);
     } catch (e) {
       errors.push(`remove the port of container ${req.containerId} interface ${req.ifname} from ${cfg.bridge}: ${errorMessage(e)}`);

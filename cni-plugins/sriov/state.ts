@@ -7,16 +7,21 @@
 //
 // weft adds a `weft` object (VLAN protocols, which VF settings the PF reported, the pod netns,
 // the offload step's own state); sriov-cni ignores it, and weft reads sriov-cni's files without it.
+//
+// GC (sweepStateDir) looks only at regular files directly in <dataDir> whose name and content are
+// a state file's (or a temp file of writeFileAtomic's); pci/ and anything else there is not ours.
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { VfConfig, VfLinkState, VlanProto } from '../../src/netlink/vf.js';
 import { errnoCode, errorMessage } from '../../src/util/errors.js';
 import { NetnsHandle } from '../lib/netns.js';
+import { readSmallRegularFile, regularFileNames, removeIfSameFile } from '../lib/owned-files.js';
 import { internalError } from '../lib/rollback.js';
+import { CNI_NAME_RE, validateInterfaceName } from '../skel/env.js';
 import { withFileLock } from '../skel/lock.js';
 import { randomBytesSync } from '../skel/random.js';
-import type { NetConf } from '../skel/types.js';
-import type { OnOff, SriovConf } from './config.js';
+import type { CniRequest, NetConf } from '../skel/types.js';
+import { DATA_DIR_ENV, DEFAULT_DATA_DIR, type OnOff, type SriovConf } from './config.js';
 
 export const STATE_VERSION = 1;
 
@@ -282,4 +287,95 @@ export function liveAllocation(dataDir: string, pci: string): string | null {
 
 export function saveAllocation(dataDir: string, pci: string, netns: string): void {
   writeFileAtomic(pciAllocFile(dataDir, pci), netns);
+}
+
+/** The state directory as DEL finds it: the config's absolute `dataDir`, else the env's, else the default. */
+export function stateDirOf(config: NetConf, env: CniRequest['env']): string {
+  const fromConfig = config.dataDir;
+  if (typeof fromConfig === 'string' && fromConfig.startsWith('/')) return fromConfig;
+  const fromEnv = env[DATA_DIR_ENV];
+  return fromEnv?.startsWith('/') ? fromEnv : DEFAULT_DATA_DIR;
+}
+
+/** More than any state file holds (the request config plus sriov-cni's and weft's fields). */
+const MAX_STATE_BYTES = 1024 * 1024;
+/** A state file's name: CNI_CONTAINERID's grammar, "-", an interface name. */
+const STATE_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*-[^\s/:]{1,15}$/;
+/** writeFileAtomic's temp file of a state file. */
+const TEMP_NAME = /^(.+)\.tmp-[0-9a-f]{8}$/;
+
+/** The attachment a stale state file belongs to. */
+export interface StaleAttachment {
+  readonly containerId: string;
+  readonly ifname: string;
+  readonly state: SriovState;
+}
+
+/** A further check of a decoded state (what DEL would refuse as foreign); throws to reject. */
+export type StateCheck = (name: string, state: SriovState) => unknown;
+
+/**
+ * The attachment whose state file `name` with content `text` is: the text must decode as a state
+ * (decodeState) that `check` accepts and that names the pod interface (ContIFNames), and the name
+ * must be `<containerID>-<that interface>`. null for anything else.
+ */
+export function stateOwner(name: string, text: string, check: StateCheck = () => true): StaleAttachment | null {
+  let state: SriovState;
+  try {
+    state = decodeState(name, text);
+    check(name, state);
+  } catch {
+    return null;
+  }
+  const ifname = state.podIfName;
+  if (ifname === '' || !name.endsWith(`-${ifname}`)) return null;
+  const containerId = name.slice(0, -ifname.length - 1);
+  try {
+    validateInterfaceName(ifname);
+  } catch {
+    return null;
+  }
+  return CNI_NAME_RE.test(containerId) ? { containerId, ifname, state } : null;
+}
+
+export interface StateSweep {
+  /** State files of attachments not in the valid set, to be released (as DEL does) and removed. */
+  readonly stale: readonly StaleAttachment[];
+  /** Stale state whose recorded pod netns still exists: left for a DEL that can reach the VF. */
+  readonly podAlive: readonly string[];
+  /** Temp files of interrupted writes for attachments not in the valid set, removed here. */
+  readonly removedTemps: readonly string[];
+  /** Files named like state (or its temp files) that do not hold it: left alone. */
+  readonly leftAlone: readonly string[];
+}
+
+/**
+ * GC's look at <dataDir>: regular files directly in it (never through a symlink, never a
+ * directory, fifo or device; pci/ is not entered), named `<containerID>-<ifname>` (or that plus
+ * `.tmp-<hex>`) for an attachment not in `validNames` ("<containerID>-<ifname>" of the valid
+ * attachments), holding a state that `check` accepts (a temp file may also be empty). Removes
+ * the stale temp files; returns the stale state files for the caller to release.
+ */
+export function sweepStateDir(dataDir: string, validNames: ReadonlySet<string>, check?: StateCheck): StateSweep {
+  const stale: StaleAttachment[] = [];
+  const podAlive: string[] = [];
+  const removedTemps: string[] = [];
+  const leftAlone: string[] = [];
+  for (const name of regularFileNames(dataDir)) {
+    if (validNames.has(name)) continue;
+    const base = TEMP_NAME.exec(name)?.[1];
+    const temp = base !== undefined && STATE_NAME.test(base) ? base : null;
+    if (temp === null ? !STATE_NAME.test(name) : validNames.has(temp)) continue;
+    const f = readSmallRegularFile(dataDir, name, MAX_STATE_BYTES);
+    const owner = f === null ? null : stateOwner(name, f.text, check);
+    if (owner !== null) {
+      if (owner.state.netns !== null && netnsAlive(owner.state.netns)) podAlive.push(name);
+      else stale.push(owner);
+    } else if (f !== null && temp !== null && (f.text === '' || stateOwner(temp, f.text, check) !== null) && removeIfSameFile(dataDir, f) !== 'replaced') {
+      removedTemps.push(name);
+    } else {
+      leftAlone.push(name);
+    }
+  }
+  return { stale, podAlive, removedTemps, leftAlone };
 }

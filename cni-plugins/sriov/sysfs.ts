@@ -10,9 +10,14 @@
 //   <root>/class/net/<dev>/{phys_switch_id,phys_port_name}  switchdev uplink (pN) and representors (pfXvfN)
 //
 // Reads are synchronous: a handful of small files, where loading node:fs/promises costs more.
+//
+// Every netdev name read here (directory entries, devlink's JSON) becomes an argument of `ip` and
+// a path component, so each must be a plain interface name (src/util/names.ts): the kernel makes
+// no other, and a tree that shows one is not to be acted on (SysfsNameError, nothing changed).
 import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { errorMessage } from '../../src/util/errors.js';
+import { ifNameProblem, isPciAddress } from '../../src/util/names.js';
 import { CniError, ErrorCode } from '../skel/types.js';
 
 /** Drivers that leave a VF without a netdev (sriov-cni's UserspaceDrivers). */
@@ -38,6 +43,25 @@ export class RepresentorNotFoundError extends CniError {
     super(ErrorCode.Internal, msg);
     this.name = 'RepresentorNotFoundError';
   }
+}
+
+/** A sysfs directory lists a netdev name the kernel would never make (a fake or tampered tree). */
+export class SysfsNameError extends Error {
+  constructor(
+    readonly dir: string,
+    readonly entry: string,
+    readonly problem: string,
+  ) {
+    super(`${dir} lists ${JSON.stringify(entry)}, which is not a network device name (${problem})`);
+    this.name = 'SysfsNameError';
+  }
+}
+
+/** `name` when it is a netdev name; SysfsNameError naming where it was read otherwise. */
+export function sysfsNetdevName(dir: string, name: string): string {
+  const problem = ifNameProblem(name);
+  if (problem !== null) throw new SysfsNameError(dir, name, problem);
+  return name;
 }
 
 /** Go's os error text for a failed path operation: "lstat <path>: no such file or directory". */
@@ -68,11 +92,6 @@ export class Sysfs {
     return join(this.root, 'class/net', dev);
   }
 
-  /** Names in a directory, sorted as Go's os.ReadDir returns them. */
-  private list(dir: string): string[] {
-    return readdirSync(dir).sort();
-  }
-
   /** A netdev attribute file (trimmed); null when missing or unreadable (EOPNOTSUPP on non-switchdev). */
   netAttr(dev: string, attr: string): string | null {
     try {
@@ -88,10 +107,11 @@ export class Sysfs {
     let names: string[];
     try {
       lstatSync(dir);
-      names = this.list(dir);
+      names = readdirSync(dir).sort();
     } catch (e) {
       throw new Error(goPathError('lstat', dir, e));
     }
+    names.forEach((n) => sysfsNetdevName(dir, n));
     if (names.length < 1) throw new Error('PF network device not found');
     // On a switchdev NIC the PF's net/ also lists VF representors; sriov-cni takes the first name.
     return names.find((n) => !REPRESENTOR_PORT_RE.test(this.netAttr(n, 'phys_port_name') ?? '')) ?? names[0]!;
@@ -137,13 +157,24 @@ export class Sysfs {
     }
   }
 
-  /** The VF's netdev name (first entry of net/), or null when it has none (sriov-cni GetVFLinkNames). */
+  /**
+   * The VF's netdev name (first entry of net/), or null when it has none (sriov-cni
+   * GetVFLinkNames). Throws SriovDiscoveryError when net/ lists something that is not a netdev name.
+   */
   vfNetdev(vfPci: string): string | null {
+    const dir = join(this.pciDevice(vfPci), 'net');
+    let names: string[];
     try {
-      return this.list(join(this.pciDevice(vfPci), 'net'))[0] ?? null;
+      names = readdirSync(dir).sort();
     } catch {
       return null;
     }
+    try {
+      names.forEach((n) => sysfsNetdevName(dir, n));
+    } catch (e) {
+      throw new SriovDiscoveryError(`SRIOV-CNI failed to load netconf: LoadConf(): failed to get the netdev of VF ${vfPci}: ${errorMessage(e)}`, vfPci);
+    }
+    return names[0] ?? null;
   }
 
   /** Name of the driver bound to a PCI device, or null when none is bound. */
@@ -160,10 +191,11 @@ export class Sysfs {
     return d !== null && DPDK_DRIVERS.includes(d);
   }
 
-  /** PCI address behind a netdev (basename of <class/net/dev>/device), or null. */
+  /** PCI address behind a netdev (basename of <class/net/dev>/device), or null (also when that is not a PCI address). */
   netdevPci(dev: string): string | null {
     try {
-      return basename(readlinkSync(join(this.classNet(dev), 'device')));
+      const pci = basename(readlinkSync(join(this.classNet(dev), 'device')));
+      return isPciAddress(pci) ? pci : null;
     } catch {
       return null;
     }
@@ -221,6 +253,11 @@ export function findUplink(sysfs: Sysfs, vfPci: string): string {
   } catch (e) {
     throw new RepresentorNotFoundError(`failed to find the uplink of VF ${vfPci}: ${goPathError('open', dir, e)}`, vfPci);
   }
+  try {
+    names.forEach((n) => sysfsNetdevName(dir, n));
+  } catch (e) {
+    throw new RepresentorNotFoundError(`failed to find the uplink of VF ${vfPci}: ${errorMessage(e)}`, vfPci);
+  }
   for (const n of names) {
     const sw = sysfs.netAttr(n, 'phys_switch_id');
     if (sw && UPLINK_PORT_RE.test(sysfs.netAttr(n, 'phys_port_name') ?? '')) return n;
@@ -259,7 +296,11 @@ export async function findVfRepresentor(sysfs: Sysfs, uplink: string, vfIndex: n
   if (uplinkPci !== null && devlink !== null) {
     const ports = await devlink(uplinkPci).catch(() => null);
     const hit = ports?.find((p) => p.flavour === 'pcivf' && (p.controller ?? 0) === 0 && p.vfnum === vfIndex && p.netdev !== null);
-    if (hit?.netdev) return hit.netdev;
+    if (hit?.netdev) {
+      const problem = ifNameProblem(hit.netdev);
+      if (problem !== null) throw new RepresentorNotFoundError(`devlink names ${JSON.stringify(hit.netdev)} as the representor of VF ${vfIndex}, which is not a network device name (${problem})`, '');
+      return hit.netdev;
+    }
   }
   const dir = join(sysfs.classNet(uplink), 'device', 'net');
   let names: string[] = [];
@@ -267,6 +308,11 @@ export async function findVfRepresentor(sysfs: Sysfs, uplink: string, vfIndex: n
     names = readdirSync(dir).sort();
   } catch {
     // no device/net: nothing to match
+  }
+  try {
+    names.forEach((n) => sysfsNetdevName(dir, n));
+  } catch (e) {
+    throw new RepresentorNotFoundError(`failed to find the representor of VF ${vfIndex} on uplink ${uplink}: ${errorMessage(e)}`, '');
   }
   for (const n of names) {
     if (n === uplink || sysfs.netAttr(n, 'phys_switch_id') !== switchId) continue;

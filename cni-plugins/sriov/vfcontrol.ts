@@ -8,8 +8,10 @@
 //  - RecordingPfVfControl: an in-memory PF for tests without SR-IOV hardware; it records every
 //    call and behaves like a driver (a change is visible to the next read).
 import { type VfChange, type VfConfig, type VfLinkState, type VlanProto } from '../../src/netlink/vf.js';
+import { named, type IpLine, type IpWord } from '../../src/render/ipbatch.js';
 import { ipBatch } from '../lib/ipbatch.js';
 import { linksOf } from '../lib/ipjson.js';
+import { linkSetLine, linkShowLine } from '../lib/lines.js';
 
 /** The PF cannot be read (missing link, `ip` failure). */
 export class PfReadError extends Error {
@@ -115,29 +117,33 @@ export function parseIpVfInfo(v: unknown): VfConfig | null {
   };
 }
 
-/** The `ip link set` line for one change. */
-export function ipVfLine(pf: string, vf: number, c: VfChange): string {
-  const head = `link set dev ${pf} vf ${vf}`;
+/** The `ip link set` words after `vf N` for one change. */
+function vfSettings(c: VfChange): IpWord[] {
   switch (c.kind) {
     case 'vlan':
       // The legacy attribute (no proto) for 802.1Q: drivers without VLAN-list support accept it.
-      return `${head} vlan ${c.vlan} qos ${c.qos}${c.proto === '802.1ad' ? ' proto 802.1ad' : ''}`;
+      return ['vlan', c.vlan, 'qos', c.qos, ...(c.proto === '802.1ad' ? ['proto', '802.1ad'] : [])];
     case 'mac':
-      return `${head} mac ${c.mac}`;
+      return ['mac', named('VF MAC', c.mac)];
     case 'rate':
-      return `${head} min_tx_rate ${c.minTxRate} max_tx_rate ${c.maxTxRate}`;
+      return ['min_tx_rate', c.minTxRate, 'max_tx_rate', c.maxTxRate];
     case 'spoofchk':
-      return `${head} spoofchk ${c.on ? 'on' : 'off'}`;
+      return ['spoofchk', c.on ? 'on' : 'off'];
     case 'trust':
-      return `${head} trust ${c.on ? 'on' : 'off'}`;
+      return ['trust', c.on ? 'on' : 'off'];
     case 'linkState':
-      return `${head} state ${c.state}`;
+      return ['state', c.state];
   }
+}
+
+/** The `ip link set` line for one change. */
+export function ipVfLine(pf: string, vf: number, c: VfChange): IpLine {
+  return linkSetLine(pf, 'vf', vf, ...vfSettings(c));
 }
 
 export class IpPfVfControl implements PfVfControl {
   async read(pf: string, vf: number): Promise<VfConfig | null> {
-    const r = await ipBatch([`link show dev ${pf}`], { json: true, details: true });
+    const r = await ipBatch([linkShowLine(pf)], { json: true, details: true });
     if (r.code !== 0) throw new PfReadError(pf, r.message || `ip exited with status ${r.code}`);
     const doc = r.docs[0];
     const link: unknown = Array.isArray(doc) ? doc[0] : undefined;

@@ -3,6 +3,7 @@
 // imports the daemon.
 import type { BackendConfig, NetworkConfig } from '../subnet/config.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../subnet/lease.js';
+import type { PeerProblem } from '../subnet/peer-gate.js';
 import type { WeftSubnetEnv } from '../subnetenv/format.js';
 import type { IPAddr } from '../util/ip.js';
 import type { Logger } from '../util/log.js';
@@ -44,19 +45,32 @@ export interface Prepared {
   readonly subnetEnv?: Partial<Pick<WeftSubnetEnv, 'backend' | 'ovsBridge' | 'ovsRunDir' | 'ovsDatapath'>>;
 }
 
+/** What one programming pass left undone. */
+export interface BackendPass {
+  /** Operations the kernel (or OVS) refused; the daemon retries with backoff. */
+  readonly failures: number;
+}
+
+export const CLEAN_PASS: BackendPass = { failures: 0 };
+
 export interface Backend {
   readonly type: string;
   /** Prepares the node's own devices; returns what to publish in our lease and the pod MTU. */
   prepare(): Promise<Prepared>;
+  /**
+   * Why this backend cannot program a peer's lease (backend type, VNI, VTEP MAC), or null. The
+   * daemon's peer gate asks before a lease reaches apply/reconcile, after prepare().
+   */
+  peerProblem(lease: Lease): PeerProblem | null;
   /** Runs after every acquisition of our lease (the subnet can change on re-acquire). */
   start(lease: Lease): Promise<void>;
   /**
    * Applies a batch of peer changes. `peers` is the whole current peer set, so a backend that
    * works from desired state can ignore the batch and converge on the set.
    */
-  apply(batch: readonly LeaseEvent[], peers: readonly Lease[]): Promise<void>;
+  apply(batch: readonly LeaseEvent[], peers: readonly Lease[]): Promise<BackendPass>;
   /** Periodic drift repair from the whole peer set. */
-  reconcile(peers: readonly Lease[]): Promise<void>;
+  reconcile(peers: readonly Lease[]): Promise<BackendPass>;
   /** Stops background work; leaves every kernel object in place. */
   close(): Promise<void>;
 }

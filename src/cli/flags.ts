@@ -1,6 +1,8 @@
 // weftd's command line: flanneld's flags with flanneld's names and defaults, FLANNELD_* environment
 // equivalents, and a few weft additions (logging, reconcile interval).
+import { readFileSync } from 'node:fs';
 import yargs from 'yargs';
+import { errnoCode, errorMessage } from '../util/errors.js';
 import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX, type EtcdConnectOptions } from '../subnet/etcd/registry.js';
 import type { LogFormat, LogLevel } from '../util/log.js';
 
@@ -11,7 +13,10 @@ export interface WeftdFlags {
   etcdCertfile: string;
   etcdCafile: string;
   etcdUsername: string;
+  /** The password: --etcd-password (FLANNELD_ETCD_PASSWORD), or what --etcd-password-file holds. */
   etcdPassword: string;
+  /** Where the password was read from ('' = not from a file). */
+  etcdPasswordFile: string;
   iface: string[];
   ifaceRegex: string[];
   ifaceCanReach: string;
@@ -65,6 +70,31 @@ export class FlagError extends Error {
   }
 }
 
+/**
+ * The etcd password: `password` (--etcd-password or FLANNELD_ETCD_PASSWORD), or the content of
+ * `file` (--etcd-password-file or FLANNELD_ETCD_PASSWORD_FILE) without its trailing line break,
+ * read now. Both at once, an unreadable, empty or multi-line file: FlagError. Neither message
+ * contains the password.
+ */
+export function resolveEtcdPassword(password: string, file: string): string {
+  if (file === '') return password;
+  if (password !== '') {
+    throw new FlagError('--etcd-password and --etcd-password-file are exclusive (on the command line or as FLANNELD_ETCD_PASSWORD / FLANNELD_ETCD_PASSWORD_FILE); give one');
+  }
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    const code = errnoCode(e);
+    const why = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'is a directory' : errorMessage(e);
+    throw new FlagError(`--etcd-password-file ${file}: cannot read it: ${why}`);
+  }
+  const value = text.replace(/\r?\n$/, '');
+  if (value === '') throw new FlagError(`--etcd-password-file ${file}: the file is empty`);
+  if (/[\r\n]/.test(value)) throw new FlagError(`--etcd-password-file ${file}: holds more than one line (the password is the whole file, one trailing newline allowed)`);
+  return value;
+}
+
 
 /** Go's flag package takes `-name` as well as `--name`; yargs would read `-name` as short flags. */
 export function normalizeGoFlags(argv: readonly string[]): string[] {
@@ -96,7 +126,8 @@ export function buildParser(argv: readonly string[]) {
     .option('etcd-certfile', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'SSL certification file used to secure etcd communication' })
     .option('etcd-cafile', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'SSL Certificate Authority file used to secure etcd communication' })
     .option('etcd-username', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'username for BasicAuth to etcd' })
-    .option('etcd-password', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'password for BasicAuth to etcd' })
+    .option('etcd-password', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'password for BasicAuth to etcd (visible in the process list: prefer FLANNELD_ETCD_PASSWORD or --etcd-password-file)' })
+    .option('etcd-password-file', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'file holding the password for BasicAuth to etcd (read at start, trailing newline dropped); exclusive with --etcd-password' })
     .option('iface', { type: 'string', array: true, requiresArg: true, default: [], describe: 'interface to use (IP or name) for inter-host communication; repeatable, first match wins' })
     .option('iface-regex', { type: 'string', array: true, requiresArg: true, default: [], describe: 'regex of the IP or name of the interface to use; repeatable' })
     .option('iface-can-reach', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'use the interface that can reach this IP' })
@@ -157,7 +188,8 @@ export function parseFlags(argv: readonly string[]): WeftdFlags & { help: boolea
     etcdCertfile: a['etcd-certfile'],
     etcdCafile: a['etcd-cafile'],
     etcdUsername: a['etcd-username'],
-    etcdPassword: a['etcd-password'],
+    etcdPassword: resolveEtcdPassword(a['etcd-password'], a['etcd-password-file']),
+    etcdPasswordFile: a['etcd-password-file'],
     iface: splitList(a.iface),
     ifaceRegex: a['iface-regex'].map(String),
     ifaceCanReach: a['iface-can-reach'],

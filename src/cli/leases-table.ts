@@ -1,4 +1,5 @@
 // The rows and text table of `weft leases`.
+import { terminalText } from '../render/terminal.js';
 import type { Lease } from '../subnet/lease.js';
 import { IPNet } from '../util/ip.js';
 
@@ -27,10 +28,10 @@ export function leaseRow(lease: Lease): LeaseRow {
   };
 }
 
-/** A plain aligned table, one lease per line, sorted by subnet. */
+/** A plain aligned table, one lease per line, sorted by subnet; every cell escaped for the terminal (values come from the store). */
 export function renderTable(rows: readonly LeaseRow[]): string {
   const header = ['SUBNET', 'IPV6 SUBNET', 'PUBLIC IP', 'BACKEND', 'VTEP MAC', 'EXPIRES'];
-  const cells = rows.map((r) => [r.subnet, r.ipv6Subnet ?? '-', r.publicIP, r.backendType || '-', r.vtepMAC ?? '-', r.expires]);
+  const cells = rows.map((r) => [r.subnet, r.ipv6Subnet ?? '-', r.publicIP, r.backendType || '-', r.vtepMAC ?? '-', r.expires].map(terminalText));
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
   const line = (c: string[]) => c.map((v, i) => v.padEnd(widths[i]!)).join('  ').trimEnd();
   return [line(header), ...cells.map(line)].join('\n') + '\n';

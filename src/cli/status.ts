@@ -1,6 +1,7 @@
 // `weft status`: this node's lease, backend, repairs and rule keeper, read from the running weftd's
 // /status endpoint (served with --healthz-port) and shown as text or JSON.
 import { STATUS_KIND, STATUS_VERSION, type StatusSnapshot, type TimedError } from '../daemon/status.js';
+import { terminalJson, terminalText } from '../render/terminal.js';
 import { errorMessage } from '../util/errors.js';
 
 export const DEFAULT_STATUS_ENDPOINT = 'http://127.0.0.1:8081';
@@ -102,7 +103,11 @@ function describeError(e: TimedError, now: Date): string {
   return `${e.message} (${ago(e.time, now)})`;
 }
 
-/** The text form: one labelled line per aspect. `now` is the snapshot's own time, so output is stable. */
+/**
+ * The text form: one labelled line per aspect. `now` is the snapshot's own time, so output is
+ * stable. Every line is escaped for the terminal: the labels are weft's, the values are the
+ * daemon's and, through it, the store's and other nodes' (errors, backend type, addresses).
+ */
 export function renderStatus(s: StatusSnapshot): string {
   const now = new Date(s.time);
   const rows: Array<[string, string]> = [];
@@ -126,9 +131,10 @@ export function renderStatus(s: StatusSnapshot): string {
   if (s.backend) {
     const b = s.backend;
     const every = b.reconcileInterval > 0 ? `every ${b.reconcileInterval}s` : 'periodic repair disabled';
-    rows.push(['backend', `${b.type}: ${b.peersKnown} peers known, ${b.peersProgrammed} programmed`]);
+    rows.push(['backend', `${b.type}: ${b.peersKnown} peers known, ${b.peersProgrammed} programmed, ${b.peersRejected} rejected`]);
+    for (const r of b.rejectedPeers) rows.push(['  rejected', `${[r.subnet, r.ipv6Subnet].filter((x) => x !== null).join(' + ')} (public IP ${r.publicIP}): ${r.reason}: ${r.detail}, since ${ago(r.since, now)}`]);
     rows.push(['reconcile', `last apply ${ago(b.lastApply, now)}, last reconcile ${ago(b.lastReconcile, now)} (${every})`]);
-    rows.push(['repairs', `added ${b.repairs.added}, changed ${b.repairs.changed}, removed ${b.repairs.removed}, devices rebuilt ${b.repairs.device}`]);
+    rows.push(['repairs', `added ${b.repairs.added}, changed ${b.repairs.changed}, removed ${b.repairs.removed}, devices rebuilt ${b.repairs.device}; ${b.failures} operations refused`]);
     if (b.lastError) rows.push(['backend err', describeError(b.lastError, now)]);
   } else {
     rows.push(['backend', 'not started yet']);
@@ -142,7 +148,7 @@ export function renderStatus(s: StatusSnapshot): string {
   for (const p of m.lastRepairProblems) rows.push(['  repaired', p]);
   if (m.lastError) rows.push(['rules err', describeError(m.lastError, now)]);
   rows.push(['subnet file', s.subnetFile]);
-  return rows.map(([k, v]) => `${k.padEnd(12)}${v}\n`).join('');
+  return rows.map(([k, v]) => `${k.padEnd(12)}${terminalText(v)}\n`).join('');
 }
 
 export interface StatusCommandArgs {
@@ -156,9 +162,9 @@ export async function statusCommand(args: StatusCommandArgs, out: NodeJS.Writabl
   try {
     s = await fetchStatus(args.endpoint);
   } catch (e) {
-    err.write(`weft status: ${errorMessage(e)}\n`);
+    err.write(`weft status: ${terminalText(errorMessage(e))}\n`);
     return 1;
   }
-  out.write(args.output === 'json' ? `${JSON.stringify(s, null, 2)}\n` : renderStatus(s));
+  out.write(args.output === 'json' ? `${terminalJson(s)}\n` : renderStatus(s));
   return 0;
 }

@@ -5,38 +5,44 @@ import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX } from '../subnet/etcd/regi
 import { EtcdSubnetManager } from '../subnet/etcd/manager.js';
 import { createLogger } from '../util/log.js';
 import { VERSION } from '../version.js';
-import { etcdConnectOptions, normalizeGoFlags, type EtcdFlags } from './flags.js';
+import { terminalJson, terminalText } from '../render/terminal.js';
+import { etcdConnectOptions, normalizeGoFlags, resolveEtcdPassword, type EtcdFlags } from './flags.js';
 import { defaultBundleDir, installCni } from './install-cni.js';
 import { leaseRow, renderTable, sortRows } from './leases-table.js';
 import { DEFAULT_STATUS_ENDPOINT, statusCommand } from './status.js';
 import { PROTOS, traceCommand } from './trace/command.js';
 import { errorMessage } from '../util/errors.js';
 
-async function leasesCommand(args: EtcdFlags & { output: 'table' | 'json' }): Promise<number> {
+/** An error for the operator's terminal: messages may quote store values. */
+function fail(command: string, e: unknown): void {
+  process.stderr.write(`${command}: ${terminalText(errorMessage(e))}\n`);
+}
+
+async function leasesCommand(flags: () => EtcdFlags, output: 'table' | 'json'): Promise<number> {
   let manager: EtcdSubnetManager;
   try {
     manager = EtcdSubnetManager.connect({
-      ...etcdConnectOptions(args),
+      ...etcdConnectOptions(flags()),
       knownBackends: [],
       logger: createLogger({ level: 'error' }),
     });
   } catch (e) {
-    process.stderr.write(`weft leases: ${errorMessage(e)}\n`);
+    fail('weft leases', e);
     return 2;
   }
   try {
     const rows = sortRows((await manager.listLeases()).map(leaseRow));
-    process.stdout.write(args.output === 'json' ? `${JSON.stringify(rows, null, 2)}\n` : renderTable(rows));
+    process.stdout.write(output === 'json' ? `${terminalJson(rows)}\n` : renderTable(rows));
     return 0;
   } catch (e) {
-    process.stderr.write(`weft leases: ${errorMessage(e)}\n`);
+    fail('weft leases', e);
     return 1;
   } finally {
     await manager.close();
   }
 }
 
-/** The global etcd flags as weft's commands take them. */
+/** The global etcd flags as weft's commands take them; reads --etcd-password-file (FlagError when it cannot). */
 function etcdFlags(a: {
   'etcd-endpoints': Array<string | number>;
   'etcd-prefix': string;
@@ -45,6 +51,7 @@ function etcdFlags(a: {
   'etcd-keyfile': string;
   'etcd-username': string;
   'etcd-password': string;
+  'etcd-password-file': string;
 }): EtcdFlags {
   return {
     etcdEndpoints: a['etcd-endpoints'].flatMap((e) => String(e).split(',')).filter(Boolean),
@@ -53,7 +60,7 @@ function etcdFlags(a: {
     etcdCertfile: a['etcd-certfile'],
     etcdKeyfile: a['etcd-keyfile'],
     etcdUsername: a['etcd-username'],
-    etcdPassword: a['etcd-password'],
+    etcdPassword: resolveEtcdPassword(a['etcd-password'], a['etcd-password-file']),
   };
 }
 
@@ -70,22 +77,14 @@ async function main(argv: string[]): Promise<number> {
       .option('etcd-certfile', { type: 'string', default: '' })
       .option('etcd-keyfile', { type: 'string', default: '' })
       .option('etcd-username', { type: 'string', default: '' })
-      .option('etcd-password', { type: 'string', default: '' })
+      .option('etcd-password', { type: 'string', default: '', describe: 'visible in the process list: prefer FLANNELD_ETCD_PASSWORD or --etcd-password-file' })
+      .option('etcd-password-file', { type: 'string', default: '', describe: 'file holding the etcd password (trailing newline dropped); exclusive with --etcd-password' })
       .command(
         'leases',
         'list the subnet leases in the store',
         (y) => y.option('output', { alias: 'o', choices: ['table', 'json'] as const, default: 'table' as const }),
         async (a) => {
-          code = await leasesCommand({
-            etcdEndpoints: a['etcd-endpoints'].flatMap((e) => String(e).split(',')).filter(Boolean),
-            etcdPrefix: a['etcd-prefix'],
-            output: a.output,
-            etcdCafile: a['etcd-cafile'],
-            etcdCertfile: a['etcd-certfile'],
-            etcdKeyfile: a['etcd-keyfile'],
-            etcdUsername: a['etcd-username'],
-            etcdPassword: a['etcd-password'],
-          });
+          code = await leasesCommand(() => etcdFlags(a), a.output);
         },
       )
       .command(
@@ -99,7 +98,7 @@ async function main(argv: string[]): Promise<number> {
           try {
             for (const p of await installCni(a.source, a.dest)) process.stdout.write(`installed ${p}\n`);
           } catch (e) {
-            process.stderr.write(`weft install-cni: ${errorMessage(e)}\n`);
+            fail('weft install-cni', e);
             code = 1;
           }
         },
@@ -151,7 +150,7 @@ async function main(argv: string[]): Promise<number> {
       })
       .parseAsync();
   } catch (e) {
-    process.stderr.write(`weft: ${errorMessage(e)}\n`);
+    fail('weft', e);
     return 2;
   }
   return code;

@@ -5,22 +5,23 @@
 import { access, constants, mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
-import type { Backend, BackendRegistry, ExternalInterface, Prepared } from '../backend/backend.js';
+import type { Backend, BackendPass, BackendRegistry, ExternalInterface, Prepared } from '../backend/backend.js';
 import { RulesSetupError, ruleInputs, type RulesManager } from '../ipmasq/manager.js';
 import { ConfigError, type NetworkConfig } from '../subnet/config.js';
 import { leaseId, type Lease } from '../subnet/lease.js';
 import { ConfigNotFoundError, StoreUnavailableError, type AcquireHow, type SubnetManager } from '../subnet/manager.js';
-import { LeaseWatcher } from '../subnet/watcher.js';
 import { NO_WEFT_LINES } from '../subnetenv/format.js';
 import { writeSubnetEnv } from '../subnetenv/write.js';
 import { AbortedError, Backoff, delay } from '../util/backoff.js';
 import { errorMessage } from '../util/errors.js';
+import type { IPAddr } from '../util/ip.js';
 import { rateLimited, type Logger } from '../util/log.js';
 import { VERSION } from '../version.js';
 import { EventBatcher } from './batcher.js';
 import { BlackholeRoutes } from './blackhole.js';
-import { selectExternalInterface, type IfaceOptions, type SystemView } from './iface.js';
+import { ipCommandView, selectExternalInterface, type IfaceOptions, type SystemView } from './iface.js';
 import type { DaemonMetrics } from './metrics.js';
+import { Peers } from './peers.js';
 import { buildStatus, DaemonActivity, type StatusOptions, type StatusSnapshot } from './status.js';
 
 export interface DaemonOptions {
@@ -63,7 +64,13 @@ export class Daemon {
   private readonly activity = new DaemonActivity();
   private config: NetworkConfig | null = null;
   private backendType: string | null = null;
-  private watcher: LeaseWatcher | null = null;
+  private peers: Peers | null = null;
+  /** Addresses of this node, listed at start and when our lease moves: no peer may claim one. */
+  private localAddresses: readonly IPAddr[] = [];
+  /** Refused kernel/OVS operations are retried sooner than the reconcile interval, with backoff. */
+  private readonly retryBackoff = new Backoff(1000, 30_000);
+  private retryPending = false;
+  private wakeReconcile: (() => void) | null = null;
   private readonly blackholes = new BlackholeRoutes();
 
   constructor(
@@ -90,7 +97,8 @@ export class Daemon {
         config: this.config,
         backendType: this.backendType,
         lease: this.lease,
-        peers: this.watcher?.peers ?? [],
+        peers: this.peers?.accepted ?? [],
+        rejected: this.peers?.rejections ?? [],
         masquerade: this.deps.rules.masquerading,
         forwardRules: this.deps.rules.forwardRules,
         rulesResync: this.deps.rules.resyncSeconds,
@@ -137,6 +145,7 @@ export class Daemon {
       throw new FatalError(`backend ${backend.type}: ${errorMessage(e)}`);
     });
 
+    this.localAddresses = await this.listLocalAddresses(extIface);
     const acquired = await this.retryStore('acquire', signal, () => manager.acquireLease(attrs, signal));
     this.lease = acquired.lease;
     metrics.leaseAcquisitions.inc({ how: acquired.how });
@@ -154,8 +163,8 @@ export class Daemon {
     this.readyFlag = true;
     metrics.ready.set(1);
 
-    const watcher = new LeaseWatcher(() => this.lease);
-    this.watcher = watcher;
+    const peers = new Peers({ config, backend, ownLease: () => this.lease, localAddresses: () => this.localAddresses, logger: log, metrics });
+    this.peers = peers;
     const batcher = new EventBatcher();
     const onLease = (lease: Lease, how: AcquireHow) => {
       this.setExpiry(lease);
@@ -172,10 +181,14 @@ export class Daemon {
         old: old ? leaseId(old) : null,
         new: leaseId(lease),
       });
-      // The old subnet may now be someone else's (that is usually why we moved): a peer.
-      batcher.push(watcher.apply({ kind: 'events', events: [] }));
-      void backend
-        .start(lease)
+      // The old subnet may now be someone else's (that is usually why we moved): a peer. Every
+      // check depends on our subnet, so every peer is checked again.
+      void this.listLocalAddresses(extIface)
+        .then((local) => {
+          this.localAddresses = local;
+          batcher.push(peers.recheck());
+        })
+        .then(() => backend.start(lease))
         .then(() => this.writeSubnetFile(config, lease, mtu, subnetEnv))
         .then(() => rules.leaseChanged(lease))
         .then(() => this.syncBlackhole(config))
@@ -185,9 +198,9 @@ export class Daemon {
     try {
       await Promise.all([
         manager.keepLease(acquired.lease, onLease, signal),
-        this.receiveEvents(watcher, batcher, signal),
-        this.applyBatches(backend, watcher, batcher, signal),
-        this.reconcileLoop(backend, watcher, signal),
+        this.receiveEvents(peers, batcher, signal),
+        this.applyBatches(backend, peers, batcher, signal),
+        this.reconcileLoop(backend, peers, signal),
         rules.run(signal),
         this.blackholeLoop(config, signal),
       ]);
@@ -197,27 +210,21 @@ export class Daemon {
     log.info('stopped; lease, subnet file and dataplane left in place');
   }
 
-  private async receiveEvents(watcher: LeaseWatcher, batcher: EventBatcher, signal: AbortSignal): Promise<void> {
-    for await (const result of this.deps.manager.watchLeases(signal)) {
-      const events = watcher.apply(result);
-      for (const ev of events) this.deps.metrics.eventsReceived.inc({ type: ev.type });
-      this.deps.metrics.peers.set(watcher.peers.length);
-      batcher.push(events);
-    }
+  private async receiveEvents(peers: Peers, batcher: EventBatcher, signal: AbortSignal): Promise<void> {
+    for await (const result of this.deps.manager.watchLeases(signal)) batcher.push(peers.apply(result));
   }
 
-  private async applyBatches(backend: Backend, watcher: LeaseWatcher, batcher: EventBatcher, signal: AbortSignal) {
+  private async applyBatches(backend: Backend, peers: Peers, batcher: EventBatcher, signal: AbortSignal) {
     const { metrics, logger: log } = this.deps;
     while (true) {
       const batch = await batcher.next(signal);
       if (!batch) return;
       const end = metrics.programmingDuration.startTimer();
       try {
-        await backend.apply(batch, watcher.peers);
-        this.activity.backendPass('apply', null);
+        this.passDone('apply', await backend.apply(batch, peers.accepted));
         for (const ev of batch) metrics.eventsApplied.inc({ type: ev.type });
         metrics.batchesApplied.inc();
-        log.debug('applied lease events', { events: batch.length, peers: watcher.peers.length });
+        log.debug('applied lease events', { events: batch.length });
       } catch (e) {
         // The periodic reconcile converges on the full set; nothing is lost by going on.
         this.activity.backendPass('apply', e as Error);
@@ -228,25 +235,59 @@ export class Daemon {
     }
   }
 
-  private async reconcileLoop(backend: Backend, watcher: LeaseWatcher, signal: AbortSignal): Promise<void> {
-    if (this.opts.reconcileInterval <= 0) return;
+  /** The timer's full pass; sooner, with backoff, while operations are being refused. */
+  private async reconcileLoop(backend: Backend, peers: Peers, signal: AbortSignal): Promise<void> {
     const { metrics, logger: log } = this.deps;
+    const interval = this.opts.reconcileInterval > 0 ? this.opts.reconcileInterval * 1000 : null;
     while (!signal.aborted) {
+      const wait = this.retryPending ? Math.min(this.retryBackoff.next(), interval ?? Infinity) : interval;
       try {
-        await delay(this.opts.reconcileInterval * 1000, signal);
+        await new Promise<void>((resolve, reject) => {
+          this.wakeReconcile = resolve;
+          if (wait !== null) delay(wait, signal).then(resolve, reject);
+          else signal.addEventListener('abort', () => reject(new AbortedError()), { once: true });
+        });
       } catch {
         return;
+      } finally {
+        this.wakeReconcile = null;
       }
       const end = metrics.reconcileDuration.startTimer();
       try {
-        await backend.reconcile(watcher.peers);
-        this.activity.backendPass('reconcile', null);
+        this.passDone('reconcile', await backend.reconcile(peers.accepted));
       } catch (e) {
         this.activity.backendPass('reconcile', e as Error);
         log.error('reconcile failed', { error: errorMessage(e) });
       } finally {
         end();
       }
+    }
+  }
+
+  /** Records a pass; refused operations schedule a retry pass with backoff. */
+  private passDone(kind: 'apply' | 'reconcile', pass: BackendPass): void {
+    if (pass.failures === 0) {
+      this.activity.backendPass(kind, null);
+      this.retryPending = false;
+      this.retryBackoff.reset();
+      return;
+    }
+    this.deps.metrics.backendFailures.inc(pass.failures);
+    this.activity.backendPass(kind, new Error(`${pass.failures} kernel/OVS operations refused; retrying with backoff`));
+    const first = !this.retryPending;
+    this.retryPending = true;
+    if (first) this.wakeReconcile?.();
+  }
+
+  /** This node's addresses (every interface) and its public ones; a failure to list leaves the public ones. */
+  private async listLocalAddresses(ext: ExternalInterface): Promise<IPAddr[]> {
+    const own = [ext.extAddr, ext.extV6Addr, ext.ifaceAddr, ext.ifaceV6Addr].filter((a): a is IPAddr => a !== null);
+    try {
+      const links = await (this.deps.systemView ?? ipCommandView()).links();
+      return [...own, ...links.flatMap((l) => l.addrs.map((a) => a.ip))];
+    } catch (e) {
+      this.deps.logger.warn('cannot list this node\'s addresses; peers are checked against its public addresses only', { error: errorMessage(e) });
+      return own;
     }
   }
 

@@ -13,7 +13,10 @@ export interface HealthServerOptions {
   isReady: () => boolean;
   metrics: DaemonMetrics;
   logger: Logger;
-  /** Serves /status when given (`?peers=true` adds the peer list); /status is 404 without it. */
+  /**
+   * Serves /status when given (`?peers=true` adds the peer list, to loopback clients only);
+   * /status is 404 without it.
+   */
   status?: (opts: StatusOptions) => Promise<StatusSnapshot>;
   /** How long stop() lets in-flight requests finish before cutting connections. Flannel uses 3 s. */
   shutdownTimeoutMs?: number;
@@ -146,7 +149,13 @@ export class HealthServer {
           send(res, head, 404, TEXT, '404 page not found\n');
           return;
         }
-        const snapshot = await status({ peers: ['true', '1'].includes(url.searchParams.get('peers') ?? '') });
+        const peers = ['true', '1'].includes(url.searchParams.get('peers') ?? '');
+        // Every node's public address and subnet is a map of the cluster: only for this host.
+        if (peers && !isLoopbackClient(req.socket.remoteAddress)) {
+          send(res, head, 403, TEXT, 'the peer list (/status?peers=true) is served to clients on this host (loopback) only\n');
+          return;
+        }
+        const snapshot = await status({ peers });
         send(res, head, 200, JSON_TYPE, `${JSON.stringify(snapshot, null, 2)}\n`);
         return;
       }
@@ -155,6 +164,12 @@ export class HealthServer {
 }
 
 const ROUTES = new Set(['/healthz', '/readyz', '/metrics']);
+
+/** Whether a client's address is this host's loopback: 127.0.0.0/8, ::1, or 127.x in its IPv4-mapped form. */
+export function isLoopbackClient(address: string | undefined): boolean {
+  if (address === undefined) return false;
+  return address === '::1' || /^(::ffff:)?127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/i.test(address);
+}
 
 function send(res: http.ServerResponse, head: boolean, status: number, contentType: string, body: string): void {
   const buf = Buffer.from(body, 'utf8');

@@ -6,6 +6,7 @@ import type { ExternalInterface } from '../backend/backend.js';
 import { errorMessage } from '../util/errors.js';
 import { CommandError, runCommand } from '../util/exec.js';
 import { IPAddr, IPNet, type Family } from '../util/ip.js';
+import { ifNameProblem } from '../util/names.js';
 
 export interface IfaceOptions {
   iface: string[];
@@ -53,18 +54,6 @@ export class InterfaceSelectionError extends Error {
     super(message);
     this.name = 'InterfaceSelectionError';
   }
-}
-
-/**
- * The kernel's dev_valid_name: 1..15 bytes, not "." or "..", no "/", ":" or whitespace.
- * Returns the reason a name is invalid, or null.
- */
-export function interfaceNameProblem(name: string): string | null {
-  if (name.length === 0) return 'empty';
-  if (Buffer.byteLength(name, 'utf8') > 15) return 'longer than 15 bytes';
-  if (name === '.' || name === '..') return 'reserved name';
-  if (/[/:\s]/.test(name)) return 'contains "/", ":" or whitespace';
-  return null;
 }
 
 const NETNS_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$/;
@@ -291,7 +280,7 @@ function parseIfaceEntries(entries: readonly string[]): IfaceEntry[] {
     const text = raw.trim();
     const ip = IPAddr.tryParse(text);
     if (ip !== null) return { text, ip };
-    const problem = interfaceNameProblem(text);
+    const problem = ifNameProblem(text);
     if (problem !== null) {
       throw new InterfaceSelectionError(
         `invalid --iface "${raw}": neither an IP address nor a valid interface name (${problem})`,

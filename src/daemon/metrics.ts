@@ -8,6 +8,7 @@ import type { ConfigReloadResult } from '../ipmasq/agent-config.js';
 import type { RulesMode } from '../ipmasq/keeper.js';
 import type { RulesMetrics } from '../ipmasq/manager.js';
 import type { LeaseEventType } from '../subnet/lease.js';
+import { REJECT_REASONS } from '../subnet/peer-gate.js';
 import type { AcquireHow as AnyAcquireHow } from '../subnet/manager.js';
 
 export type StoreOp = 'acquire' | 'renew' | 'watch' | 'config';
@@ -39,6 +40,12 @@ export class DaemonMetrics implements BackendMetrics, RulesMetrics {
   readonly reconcileDuration: Histogram;
   /** Number of peer leases currently known. */
   readonly peers: Gauge;
+  /** Peer leases known but not programmed (the peer gate refused them). */
+  readonly peersRejected: Gauge;
+  /** Peer lease rejections, by reason (once per lease and change). */
+  readonly leasesRejected: Counter<'reason'>;
+  /** Kernel/OVS operations refused during programming passes (retried with backoff). */
+  readonly backendFailures: Counter;
   /** 1 once the daemon is ready (same condition as /readyz), else 0. */
   readonly ready: Gauge;
   /** Peers whose dataplane entries the backend programmed in its last pass. */
@@ -109,6 +116,14 @@ export class DaemonMetrics implements BackendMetrics, RulesMetrics {
       registers,
     });
     this.peers = new Gauge({ name: 'weft_peers', help: 'Number of peer leases known.', registers });
+    this.peersRejected = new Gauge({ name: 'weft_peers_rejected', help: 'Peer leases known but not programmed: they failed the peer checks.', registers });
+    this.leasesRejected = new Counter({
+      name: 'weft_leases_rejected_total',
+      help: 'Peer lease rejections by reason (outside-network, subnet-size, overlaps-own, overlaps-peer, public-ip, backend-type, backend-data), once per lease and change.',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.backendFailures = new Counter({ name: 'weft_backend_op_failures_total', help: 'Kernel or OVS operations refused during programming passes; retried with backoff.', registers });
     this.ready = new Gauge({ name: 'weft_ready', help: '1 when the daemon is ready, else 0.', registers });
     this.peersProgrammed = new Gauge({
       name: 'weft_peers_programmed',
@@ -166,6 +181,7 @@ export class DaemonMetrics implements BackendMetrics, RulesMetrics {
     }
     for (const result of ['applied', 'error'] satisfies ConfigReloadResult[]) this.ipMasqConfigReloads.inc({ result }, 0);
     this.ipMasqConfigLastReloadOk.set(0);
+    for (const reason of REJECT_REASONS) this.leasesRejected.inc({ reason }, 0);
     this.ready.set(0);
 
     if (opts.processMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'weft_' });

@@ -4,6 +4,7 @@
 import type { RulesMode } from '../ipmasq/keeper.js';
 import type { NetworkConfig } from '../subnet/config.js';
 import { vtepMacOf, type Lease } from '../subnet/lease.js';
+import type { Rejection } from '../subnet/peer-gate.js';
 import type { DaemonMetrics } from './metrics.js';
 
 export const STATUS_KIND = 'weft-status';
@@ -17,6 +18,15 @@ export interface PeerStatus {
   readonly backendType: string | null;
   readonly vtepMAC: string | null;
   readonly vtepMACv6: string | null;
+}
+
+/** A peer lease the peer gate refused: never programmed while it stays so. */
+export interface RejectedPeerStatus extends PeerStatus {
+  /** weft_leases_rejected_total's reason label. */
+  readonly reason: string;
+  readonly detail: string;
+  /** When it was first rejected for this reason. */
+  readonly since: string;
 }
 
 export interface LeaseStatus extends PeerStatus {
@@ -43,6 +53,12 @@ export interface BackendStatus {
   readonly peersKnown: number;
   /** weft_peers_programmed. */
   readonly peersProgrammed: number;
+  /** weft_peers_rejected. */
+  readonly peersRejected: number;
+  /** The rejected peer leases and why. */
+  readonly rejectedPeers: readonly RejectedPeerStatus[];
+  /** weft_backend_op_failures_total: operations the kernel or OVS refused (retried with backoff). */
+  readonly failures: number;
   /** When a batch of lease events was last applied. */
   readonly lastApply: string | null;
   /** When the periodic drift repair last completed. */
@@ -138,6 +154,7 @@ export interface StatusInput {
   readonly backendType: string | null;
   readonly lease: Lease | null;
   readonly peers: readonly Lease[];
+  readonly rejected: readonly Rejection[];
   readonly masquerade: boolean;
   readonly forwardRules: boolean;
   readonly rulesResync: number;
@@ -181,11 +198,13 @@ const timed = (e: { at: Date; message: string } | null): TimedError | null => (e
 export async function buildStatus(input: StatusInput, metrics: DaemonMetrics, opts: StatusOptions = {}): Promise<StatusSnapshot> {
   const now = opts.now ?? new Date();
   const { activity: act, config, lease } = input;
-  const [ready, expiry, peersKnown, peersProgrammed, added, changed, removed, device, checks, ruleRepairs, ruleErrors] = await Promise.all([
+  const [ready, expiry, peersKnown, peersProgrammed, peersRejected, failures, added, changed, removed, device, checks, ruleRepairs, ruleErrors] = await Promise.all([
     metricValue(metrics.ready),
     metricValue(metrics.leaseExpiry),
     metricValue(metrics.peers),
     metricValue(metrics.peersProgrammed),
+    metricValue(metrics.peersRejected),
+    metricValue(metrics.backendFailures),
     metricValue(metrics.reconcileRepairs, { kind: 'added' }),
     metricValue(metrics.reconcileRepairs, { kind: 'changed' }),
     metricValue(metrics.reconcileRepairs, { kind: 'removed' }),
@@ -221,6 +240,9 @@ export async function buildStatus(input: StatusInput, metrics: DaemonMetrics, op
           type: input.backendType,
           peersKnown,
           peersProgrammed,
+          peersRejected,
+          rejectedPeers: input.rejected.map((r) => ({ ...peerStatus(r.lease), reason: r.reason, detail: r.detail, since: r.since.toISOString() })),
+          failures,
           lastApply: iso(act.lastApply),
           lastReconcile: iso(act.lastReconcile),
           reconcileInterval: input.reconcileInterval,

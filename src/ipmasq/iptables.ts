@@ -2,25 +2,42 @@
 // the form `iptables-save` prints them, so the comparison is plain text: a chain is right when
 // its `-A` lines equal ours, in order, once each, and the built-in chain jumps to it exactly once.
 import type { Family } from '../util/ip.js';
+import {
+  iptablesPayload,
+  xt,
+  xtAppend,
+  xtChain,
+  xtDeclare,
+  xtDelete,
+  xtDeleteChain,
+  xtJoin,
+  xtQuote,
+  type IptablesPayload,
+  type XtLine,
+  type XtSpec,
+} from '../render/iptables.js';
 import { diffOrdered } from './compare.js';
 import { CHAIN_NAMES, type ChainKind, type ChainSpec } from './model.js';
 import { KUBE_PROXY_MARK, type Match, type Rule } from './rule.js';
 
 export type XtTable = 'nat' | 'filter';
 
-const quote = (s: string): string => `"${s}"`;
+const MARK = `0x${KUBE_PROXY_MARK.toString(16)}`;
 
-function matchText(m: Match): string {
-  if (m.kind === 'mark') return `-m mark --mark 0x${KUBE_PROXY_MARK.toString(16)}/0x${KUBE_PROXY_MARK.toString(16)}`;
-  return `${m.negate ? '! ' : ''}${m.kind === 'src' ? '-s' : '-d'} ${m.net.toString()}`;
+function matchText(m: Match): XtSpec {
+  if (m.kind === 'mark') return xt`-m mark --mark ${MARK}/${MARK}`;
+  const flag = m.kind === 'src' ? '-s' : '-d';
+  return m.negate ? xt`! ${flag} ${m.net}` : xt`${flag} ${m.net}`;
 }
 
+const commentMatch = (comment: string): XtSpec => xt`-m comment --comment ${xtQuote('comment', comment)}`;
+
 /** The rule spec without `-A CHAIN`, as iptables-save prints it (addresses first, then matches). */
-export function ruleSpec(rule: Rule, comment: string): string {
+export function ruleSpec(rule: Rule, comment: string): XtSpec {
   const addrs = rule.matches.filter((m) => m.kind !== 'mark').map(matchText);
   const mods = rule.matches.filter((m) => m.kind === 'mark').map(matchText);
-  const target = rule.verdict === 'MASQUERADE' && rule.fullyRandom ? 'MASQUERADE --random-fully' : rule.verdict;
-  return [...addrs, ...mods, `-m comment --comment ${quote(rule.comment ?? comment)}`, `-j ${target}`].join(' ');
+  const target = rule.verdict === 'MASQUERADE' && rule.fullyRandom ? xt`-j MASQUERADE --random-fully` : xt`-j ${rule.verdict}`;
+  return xtJoin([...addrs, ...mods, commentMatch(rule.comment ?? comment), target]);
 }
 
 export function chainLines(spec: ChainSpec): string[] {
@@ -28,11 +45,19 @@ export function chainLines(spec: ChainSpec): string[] {
   return spec.rules.map((r) => `-A ${n.chain} ${ruleSpec(r, n.comment)}`);
 }
 
+/** The chain's rules as payload lines (the same text as `chainLines`). */
+function appendLines(spec: ChainSpec): XtLine[] {
+  const n = CHAIN_NAMES[spec.kind];
+  return spec.rules.map((r) => xtAppend(n.chain, ruleSpec(r, n.comment)));
+}
+
 /** The jump from the built-in chain, spec only (no `-A HOOK`); matches in ip-masq-agent's order for the agent chain. */
-export function jumpSpec(kind: ChainKind): string {
+export function jumpSpec(kind: ChainKind): XtSpec {
   const n = CHAIN_NAMES[kind];
-  const nonLocal = n.nonLocalOnly ? ' -m addrtype ! --dst-type LOCAL' : '';
-  return `-m comment --comment ${quote(n.comment)}${nonLocal} -j ${n.chain}`;
+  const pieces = [commentMatch(n.comment)];
+  if (n.nonLocalOnly) pieces.push(xt`-m addrtype ! --dst-type LOCAL`);
+  pieces.push(xt`-j ${xtChain('chain', n.chain)}`);
+  return xtJoin(pieces);
 }
 
 export interface SavedTable {
@@ -67,7 +92,7 @@ export interface TablePlan {
   /** What was wrong, one line each, for the log. Empty when the table is as wanted. */
   readonly problems: string[];
   /** The `iptables-restore --noflush` payload that fixes it, or null. */
-  readonly payload: string | null;
+  readonly payload: IptablesPayload | null;
 }
 
 /**
@@ -76,7 +101,7 @@ export interface TablePlan {
  */
 export function planTable(table: XtTable, want: readonly ChainSpec[], unwanted: readonly ChainKind[], saved: SavedTable): TablePlan {
   const problems: string[] = [];
-  const body: string[] = [];
+  const body: XtLine[] = [];
   for (const spec of want) {
     const n = CHAIN_NAMES[spec.kind];
     const expected = chainLines(spec);
@@ -85,16 +110,16 @@ export function planTable(table: XtTable, want: readonly ChainSpec[], unwanted: 
     if (chainProblems.length > 0) {
       problems.push(...chainProblems);
       // Declaring a chain under --noflush empties it: the whole chain is rewritten in one go.
-      body.push(`:${n.chain} - [0:0]`, ...expected);
+      body.push(xtDeclare(n.chain), ...appendLines(spec));
     }
     const jump = `-A ${n.hook} ${jumpSpec(spec.kind)}`;
     const jumps = saved.appends.filter((l) => l === jump).length;
     if (jumps === 0) {
       problems.push(`${n.hook}: jump to ${n.chain} missing`);
-      body.push(jump);
+      body.push(xtAppend(n.hook, jumpSpec(spec.kind)));
     } else if (jumps > 1) {
       problems.push(`${n.hook}: jump to ${n.chain} present ${jumps} times`);
-      for (let i = 1; i < jumps; i++) body.push(`-D ${n.hook} ${jumpSpec(spec.kind)}`);
+      for (let i = 1; i < jumps; i++) body.push(xtDelete(n.hook, jumpSpec(spec.kind)));
     }
   }
   for (const kind of unwanted) {
@@ -105,10 +130,10 @@ export function planTable(table: XtTable, want: readonly ChainSpec[], unwanted: 
     if (!saved.chains.has(n.chain) && jumps === 0) continue;
     problems.push(`${n.chain}: not wanted, removing`);
     // Jumps first: a chain that is still referenced cannot be deleted.
-    for (let i = 0; i < jumps; i++) body.push(`-D ${n.hook} ${jumpSpec(kind)}`);
-    if (saved.chains.has(n.chain)) body.push(`:${n.chain} - [0:0]`, `-X ${n.chain}`);
+    for (let i = 0; i < jumps; i++) body.push(xtDelete(n.hook, jumpSpec(kind)));
+    if (saved.chains.has(n.chain)) body.push(xtDeclare(n.chain), xtDeleteChain(n.chain));
   }
-  return { problems, payload: body.length > 0 ? `*${table}\n${body.join('\n')}\nCOMMIT\n` : null };
+  return { problems, payload: body.length > 0 ? iptablesPayload(table, body) : null };
 }
 
 export const xtablesCommands = (family: Family): { save: string; restore: string; main: string } =>

@@ -6,6 +6,8 @@
 import type { Family } from '../util/ip.js';
 import type { Logger } from '../util/log.js';
 import { CommandError, runCommand } from '../util/exec.js';
+import type { IptablesPayload } from '../render/iptables.js';
+import { nft, nftName, nftScript, type NftScript } from '../render/nft.js';
 import { FOREIGN_AGENT_CHAIN, type AgentMasq } from './agent-rules.js';
 import { parseSaveTables, planTable, xtablesCommands, type SavedTable, type XtTable } from './iptables.js';
 import { CHAIN_NAMES, desiredChains, type ChainKind, type ChainSpec, type FamilyInput } from './model.js';
@@ -14,8 +16,11 @@ import { errorMessage } from '../util/errors.js';
 
 export type RulesMode = 'iptables' | 'nftables';
 
-/** Runs a program with an argument array; resolves with stdout. Injected for tests. */
-export type Runner = (command: string, args: readonly string[], stdin?: string) => Promise<string>;
+/**
+ * Runs a program with an argument array; resolves with stdout. Injected for tests. Standard input
+ * is only ever a rendered script or payload: no raw text reaches `nft -f` or iptables-restore.
+ */
+export type Runner = (command: string, args: readonly string[], stdin?: NftScript | IptablesPayload) => Promise<string>;
 
 export interface IpMasqMetrics {
   /** A transaction written (iptables-restore or nft -f). */
@@ -193,8 +198,13 @@ export class RuleKeeper {
         const help = await this.run('iptables', ['-j', 'MASQUERADE', '-h']);
         return help.includes('--random-fully');
       }
-      const t = 'weft-probe';
-      await this.run('nft', ['-c', '-f', '-'], `add table ip ${t}\nadd chain ip ${t} c { type nat hook postrouting priority srcnat ; }\nadd rule ip ${t} c masquerade fully-random\n`);
+      const t = nftName('table', 'weft-probe');
+      const probe = nftScript([
+        nft`add table ip ${t}`,
+        nft`add chain ip ${t} c { type nat hook postrouting priority srcnat ; }`,
+        nft`add rule ip ${t} c masquerade fully-random`,
+      ]);
+      await this.run('nft', ['-c', '-f', '-'], probe);
       return true;
     } catch (e) {
       this.opts.logger.warn('fully-random masquerade not supported; masquerading without it', { error: errorMessage(e) });

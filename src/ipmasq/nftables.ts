@@ -2,6 +2,7 @@
 // names) and the exact read-back comparison over `nft -j list table`. A table that differs in any
 // way is replaced whole in one atomic `nft -f` transaction.
 import type { Family } from '../util/ip.js';
+import { nft, nftComment, nftJoin, nftName, nftRule, nftRuleBody, nftScript, nftWord, type NftPart, type NftRuleText, type NftScript } from '../render/nft.js';
 import { diffOrdered } from './compare.js';
 import { CHAIN_NAMES, type ChainKind, type ChainSpec } from './model.js';
 import { KUBE_PROXY_MARK, type Match, type Rule } from './rule.js';
@@ -22,29 +23,30 @@ const CHAIN_PROPS: Record<ChainKind, { type: string; hook: string; prio: number;
  * non-local destinations only starts with this rule instead.
  */
 const LOCAL_RETURN = {
-  text: 'fib daddr type local return',
+  text: nftRule`fib daddr type local return`,
   expr: [{ match: { op: '==', left: { fib: { result: 'type', flags: ['daddr'] } }, right: 'local' } }, { return: null }] as unknown[],
 };
 
 /** The chain's rules as nft text and as `nft -j` expressions, in order. */
-function chainRules(family: Family, spec: ChainSpec): { text: string; expr: unknown[] }[] {
+function chainRules(family: Family, spec: ChainSpec): { text: NftRuleText; expr: unknown[] }[] {
   const rules = spec.rules.map((r) => ({ text: ruleText(family, r), expr: ruleExpr(family, r) }));
   return CHAIN_NAMES[spec.kind].nonLocalOnly ? [LOCAL_RETURN, ...rules] : rules;
 }
 
 const hex8 = (n: number): string => `0x${n.toString(16).padStart(8, '0')}`;
 
-function matchText(family: Family, m: Match): string {
+function matchText(family: Family, m: Match): NftPart {
   // flannel matches the mark exactly; kube-proxy owns one bit only, so weft masks like iptables does.
-  if (m.kind === 'mark') return `meta mark & ${hex8(KUBE_PROXY_MARK)} == ${hex8(KUBE_PROXY_MARK)}`;
+  if (m.kind === 'mark') return nft`meta mark & ${hex8(KUBE_PROXY_MARK)} == ${hex8(KUBE_PROXY_MARK)}`;
   const proto = family === 4 ? 'ip' : 'ip6';
-  return `${proto} ${m.kind === 'src' ? 'saddr' : 'daddr'} ${m.negate ? '!= ' : ''}${m.net.toString()}`;
+  const field = m.kind === 'src' ? 'saddr' : 'daddr';
+  return m.negate ? nft`${proto} ${field} != ${m.net}` : nft`${proto} ${field} ${m.net}`;
 }
 
-export function ruleText(family: Family, rule: Rule): string {
+export function ruleText(family: Family, rule: Rule): NftRuleText {
   const verdict =
-    rule.verdict === 'MASQUERADE' ? (rule.fullyRandom ? 'masquerade fully-random' : 'masquerade') : rule.verdict.toLowerCase();
-  return [...rule.matches.map((m) => matchText(family, m)), verdict].join(' ');
+    rule.verdict === 'MASQUERADE' ? (rule.fullyRandom ? nft`masquerade fully-random` : nft`masquerade`) : nftWord('verdict', rule.verdict.toLowerCase());
+  return nftRule`${nftJoin([...rule.matches.map((m) => matchText(family, m)), verdict])}`;
 }
 
 /** The rule's expression list as `nft -j` prints it. */
@@ -64,27 +66,34 @@ export function ruleExpr(family: Family, rule: Rule): unknown[] {
   return exprs;
 }
 
-/** The `nft -f` transaction that makes the family's table exactly `chains` (all of one family). */
-export function renderTable(family: Family, chains: readonly ChainSpec[], replace: boolean): string {
+/** `ip flannel-ipv4` / `ip6 flannel-ipv6`. */
+function tableId(family: Family): NftPart {
   const t = nftTable(family);
-  const id = `${t.family} ${t.name}`;
-  const lines: string[] = [];
-  const table = `add table ${id} { comment "rules for ${t.name}" ; }`;
-  // add + delete + add in one transaction: replaces an existing table atomically, works when there is none.
-  if (replace) lines.push(table, `delete table ${id}`);
-  lines.push(table);
-  for (const spec of chains) {
-    const n = CHAIN_NAMES[spec.kind];
-    const p = CHAIN_PROPS[spec.kind];
-    lines.push(`add chain ${id} ${n.nftChain} { type ${p.type} hook ${p.hook} priority ${p.priorityText} ; policy accept ; comment "${p.comment}" ; }`);
-    for (const r of chainRules(family, spec)) lines.push(`add rule ${id} ${n.nftChain} ${r.text}`);
-  }
-  return lines.join('\n') + '\n';
+  return nft`${t.family} ${nftName('table', t.name)}`;
 }
 
-export function renderDeleteTable(family: Family): string {
+/** The `nft -f` transaction that makes the family's table exactly `chains` (all of one family). */
+export function renderTable(family: Family, chains: readonly ChainSpec[], replace: boolean): NftScript {
   const t = nftTable(family);
-  return `delete table ${t.family} ${t.name}\n`;
+  const id = tableId(family);
+  const lines: NftPart[] = [];
+  const table = nft`add table ${id} { comment ${nftComment('table comment', `rules for ${t.name}`)} ; }`;
+  // add + delete + add in one transaction: replaces an existing table atomically, works when there is none.
+  if (replace) lines.push(table, nft`delete table ${id}`);
+  lines.push(table);
+  for (const spec of chains) {
+    const chain = nftName('chain', CHAIN_NAMES[spec.kind].nftChain);
+    const p = CHAIN_PROPS[spec.kind];
+    lines.push(
+      nft`add chain ${id} ${chain} { type ${p.type} hook ${p.hook} priority ${p.priorityText} ; policy accept ; comment ${nftComment('chain comment', p.comment)} ; }`,
+    );
+    for (const r of chainRules(family, spec)) lines.push(nft`add rule ${id} ${chain} ${nftRuleBody('rule', r.text)}`);
+  }
+  return nftScript(lines);
+}
+
+export function renderDeleteTable(family: Family): NftScript {
+  return nftScript([nft`delete table ${tableId(family)}`]);
 }
 
 interface ListedChain {

@@ -8,17 +8,9 @@ import { NetlinkError, type LinkInfo, type Mac, type VxlanSpec } from './types.j
 
 const { CREATE, EXCL } = FlagsNew;
 
-/** dev_valid_name() in net/core/dev.c. */
-export function isValidIfName(name: unknown): name is string {
-  return (
-    typeof name === 'string' &&
-    name.length > 0 &&
-    Buffer.byteLength(name) < 16 &&
-    name !== '.' &&
-    name !== '..' &&
-    !/[/:\s]/.test(name)
-  );
-}
+import { isValidIfName } from '../util/names.js';
+
+export { isValidIfName };
 
 export async function listLinks(conn: NetlinkConnection): Promise<LinkInfo[]> {
   const msgs = await conn.dump(

@@ -5,6 +5,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
+import { renderCookieMatch } from '../render/ofctl.js';
 import { CommandError, runCommand } from '../util/exec.js';
 
 /** Where Open vSwitch keeps db.sock and <bridge>.mgmt; OVS's own OVS_RUNDIR convention. */
@@ -82,7 +83,7 @@ export class OvsClient {
 
   /** Deletes the flows whose cookie matches `cookie` under `mask`, in every table. */
   delFlowsByCookie(bridge: string, cookie: bigint, mask: bigint): Promise<string> {
-    return this.ofctl('del-flows', bridge, [`cookie=0x${cookie.toString(16)}/0x${mask.toString(16)}`]);
+    return this.ofctl('del-flows', bridge, [renderCookieMatch(cookie, mask)]);
   }
 
   /**

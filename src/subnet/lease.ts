@@ -25,6 +25,11 @@ export interface Lease {
   readonly reservation: boolean;
   /** When the store drops the lease; null for a reservation or when not looked up. */
   readonly expiration: Date | null;
+  /**
+   * When the store first recorded this claim, as an order (etcd: the key's create revision;
+   * Kubernetes: the Node's creation time in ms). Of two leases claiming one subnet the older wins.
+   */
+  readonly claimedAt?: bigint;
 }
 
 export type LeaseEventType = 'added' | 'removed';

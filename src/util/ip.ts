@@ -259,3 +259,26 @@ function formatV6(v: bigint): string {
 
 /** The multicast range of each family: masquerade rules never touch traffic to it. */
 export const MULTICAST: Readonly<Record<Family, string>> = { 4: '224.0.0.0/4', 6: 'ff00::/8' };
+
+const SPECIAL_RANGES: ReadonlyArray<readonly [string, string]> = [
+  ['127.0.0.0/8', 'a loopback address'],
+  ['169.254.0.0/16', 'a link-local address'],
+  ['224.0.0.0/4', 'a multicast address'],
+  ['255.255.255.255/32', 'the broadcast address'],
+  ['::1/128', 'a loopback address'],
+  ['fe80::/10', 'a link-local address'],
+  ['ff00::/8', 'a multicast address'],
+  ['::ffff:0:0/96', 'an IPv4-mapped address'],
+];
+let specialNets: Array<readonly [IPNet, string]> | null = null;
+
+/**
+ * Why `ip` cannot be a node's address that peers send tunnel or routed traffic to (unspecified,
+ * loopback, link-local, multicast, broadcast, IPv4-mapped), or null for a unicast address.
+ */
+export function unicastProblem(ip: IPAddr): string | null {
+  if (ip.isUnspecified()) return 'the unspecified address';
+  specialNets ??= SPECIAL_RANGES.map(([net, what]) => [IPNet.parse(net), what] as const);
+  for (const [net, what] of specialNets) if (net.contains(ip)) return what;
+  return null;
+}

@@ -4,7 +4,7 @@
 // `weft-test-sriov` is the plugin with a recording PF kept in a JSON file (no SR-IOV hardware
 // here); the real `sriov` bundle (iproute2 PF calls) runs where a veth PF can answer.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildCniBundles } from '../../cni-plugins/build.js';
@@ -12,6 +12,7 @@ import { defaultVfConfig, type RecordedCall } from '../../cni-plugins/sriov/vfco
 import { decodeLinkVfInfo, type VfChange } from '../../src/netlink/vf.js';
 import { runCni, type CniRun } from '../helpers/cni.js';
 import { buildFakeSysfs } from '../helpers/fake-sysfs.js';
+import { LOOKALIKES, plantForeign, snapshot } from '../helpers/foreign-files.js';
 import { addNetns, delNetns, ipn, nsExec, nsPrefix, sh } from '../helpers/netns.js';
 import { waitFor } from '../helpers/wait.js';
 import { readPfState, writePfState, type FilePfState } from '../fixtures/sriov/file-pf.js';
@@ -453,6 +454,40 @@ describe('sriov plugin (bundles, fake sysfs, veth stand-ins)', function () {
     );
     assert.ok(await link(s.host, 'wtvf0'));
     assert.deepEqual(files(s.dataDir), [`pci/vf_lock/${VF_PCI}.lock`]);
+  });
+
+  it('GC releases the dead attachment (VF reset, allocation, state, IP) and nothing else in dataDir', async () => {
+    const s = await site('g');
+    const live = ok(await run(s, 'ADD', conf(s), { containerId: 'ctr-live' }));
+    const deadPod = await netns('gdp');
+    ok(await run(s, 'ADD', conf(s, { deviceID: DPDK_PCI, vlan: 7 }), { containerId: 'ctr-dead', netns: `/run/netns/${deadPod}` }));
+    await delNetns(deadPod); // the pod is gone without a DEL
+    assert.deepEqual(reservedIps(s), ['10.99.0.2', '10.99.0.3']);
+    const deadState = readFileSync(join(s.dataDir, 'ctr-dead-net1'), 'utf8');
+    writeFileSync(join(s.dataDir, 'ctr-gone-net2.tmp-0badc0de'), ''); // an interrupted write
+    const planted = plantForeign(s.dataDir, join(s.dir, 'outside'), { ...LOOKALIKES.sriov, staleText: deadState });
+    const kept = [...planted.names, 'ctr-live-net1'];
+    const before = snapshot(s.dataDir, kept, [planted.target, join(s.dataDir, 'pci', VF_PCI)]);
+    const callsBefore = calls(s).length;
+
+    const gc = await run(s, 'GC', { ...conf(s), cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: 'ctr-live', ifname: 'net1' }] }, { netns: null, containerId: '' });
+    ok(gc);
+    // The dead VF got its VLAN back; its allocation and state are gone, and host-local freed its IP.
+    assert.deepEqual(calls(s).slice(callsBefore).map(describe_), ['apply 1 vlan=0/0/802.1q']);
+    assert.deepEqual(
+      files(s.dataDir).filter((f) => !f.startsWith('ctr-dir-net1/')),
+      ['c0ffee-net1', 'ctr-live-net1', 'lock', 'passwd', 'pci/' + VF_PCI, `pci/vf_lock/${DPDK_PCI}.lock`, `pci/vf_lock/${VF_PCI}.lock`, '10.1.2.99'].sort(),
+    );
+    assert.deepEqual(snapshot(s.dataDir, kept, [planted.target, join(s.dataDir, 'pci', VF_PCI)]), before);
+    assert.equal(readFileSync(planted.target, 'utf8'), deadState);
+    assert.deepEqual(reservedIps(s), ['10.99.0.2']);
+    assert.deepEqual(gc.stderr.split('\n').filter((l) => l !== ''), [
+      `sriov GC: left alone 1 file(s) in ${s.dataDir} named like sriov state (<containerID>-<ifname>) but not holding it: "c0ffee-net1"`,
+    ]);
+    // The live pod keeps its VF and still deletes cleanly.
+    assert.ok(await link(s.pod, 'net1'));
+    ok(await run(s, 'DEL', { ...conf(s), prevResult: live }, { containerId: 'ctr-live' }));
+    assert.ok(await link(s.host, 'wtvf0'));
   });
 
   it('the real bundle reads the PF through iproute2: a veth PF lists no VFs, so ADD fails before any change', async () => {

@@ -98,6 +98,28 @@ describe('weftd --kube-subnet-mgr: three nodes in namespaces against the fake AP
     await waitFor(async () => !lines(await ipn(h.ns, 'route')).some((l) => l.startsWith('10.12.77.0/24')), { timeoutMs: 15_000, what: 'the deleted node\'s route gone' });
   });
 
+  it('rejects Nodes whose podCIDR is outside the network or whose public-ip is ours, and ignores a newer Node with another\'s podCIDR', async () => {
+    const [h1, h2] = c.hosts as [Host, Host];
+    const h2Neigh = lines(await ipn(h1.ns, 'neigh', 'show', 'dev', 'flannel.1')).find((l) => l.startsWith('10.12.2.0 '));
+    fake.nodes.create('outside', { annotations: flannelAnnotations('10.250.0.80', '12:c6:65:89:b4:f0'), spec: { podCIDR: '8.8.8.0/24', podCIDRs: ['8.8.8.0/24'] } });
+    // A newer Node claiming h2's podCIDR: h2's older claim keeps it.
+    fake.nodes.create('twin', { annotations: flannelAnnotations('10.250.0.81', '12:c6:65:89:b4:f1'), spec: { podCIDR: podCIDR(2), podCIDRs: [podCIDR(2)] } });
+    fake.nodes.create('self-ip', { annotations: flannelAnnotations(h1.underlayIP, '12:c6:65:89:b4:f2'), spec: { podCIDR: '10.12.82.0/24', podCIDRs: ['10.12.82.0/24'] } });
+    await waitFor(async () => (await h1.metric('weft_peers_rejected')) === 2, { timeoutMs: 15_000, what: 'two rejections on h1' });
+    for (const [reason, n] of [['outside-network', 1], ['public-ip', 1]] as const) {
+      assert.equal(await h1.metric(`weft_leases_rejected_total{reason="${reason}"}`), n, reason);
+    }
+    // The twin never becomes a lease: the Node watch keeps the older Node's claim, and says so once.
+    await waitFor(() => /node ignored: another Node claims the same podCIDR.*node=twin/.test(h1.weftd!.output), { timeoutMs: 10_000, what: 'the warning about twin' });
+    const routes = lines(await ipn(h1.ns, 'route'));
+    assert.ok(!routes.some((l) => l.startsWith('8.8.8.0/24') || l.startsWith('10.12.82.0/24')), routes.join(' | '));
+    assert.equal(lines(await ipn(h1.ns, 'neigh', 'show', 'dev', 'flannel.1')).find((l) => l.startsWith('10.12.2.0 ')), h2Neigh, "h2's entry kept its MAC");
+    assert.equal(await h2.metric('weft_peers_rejected'), 1, 'h2 rejects the outsider; the twin is not a lease');
+    for (const name of ['outside', 'twin', 'self-ip']) fake.nodes.delete(name);
+    await waitFor(async () => (await h1.metric('weft_peers_rejected')) === 0, { timeoutMs: 15_000, what: 'no rejections left' });
+    await waitFor(() => c.allPodsReachable(), { timeoutMs: 15_000, what: 'pods still reaching each other' });
+  });
+
   it('keeps the VTEP MAC from its backend-data annotation when the device is gone at restart', async () => {
     const h = c.hosts[1]!;
     const before = annotations(`h${h.i}`)[`${A}backend-data`];

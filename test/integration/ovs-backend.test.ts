@@ -254,8 +254,8 @@ describe('ovs backend (integration: OVS netdev datapath in namespaces, etcd, wef
     await put('10.244.250.0-24', { PublicIP: '10.250.0.77', PublicIPv6: null, BackendType: 'vxlan', BackendData: { VNI: 1, VtepMAC: '02:00:00:00:00:01' } });
     await put('10.244.251.0-24', { PublicIP: '10.250.0.78', PublicIPv6: null, BackendType: 'ovs', BackendData: { VNI: 99 } });
     try {
-      await waitFor(() => /skipping peer lease.*10\.244\.251\.0-24.*VNI 99/.test(a.host.weftd!.output), { timeoutMs: 10_000, what: 'the VNI warning' });
-      await waitFor(() => /skipping peer lease.*10\.244\.250\.0-24.*not ovs/.test(a.host.weftd!.output), { timeoutMs: 10_000, what: 'the backend warning' });
+      await waitFor(() => /rejected a peer lease.*10\.244\.251\.0-24.*VNI 99/.test(a.host.weftd!.output), { timeoutMs: 10_000, what: 'the VNI warning' });
+      await waitFor(() => /rejected a peer lease.*10\.244\.250\.0-24.*not ovs/.test(a.host.weftd!.output), { timeoutMs: 10_000, what: 'the backend warning' });
       const flows = (await a.ovs.dumpFlows('br-int')).join('\n');
       assert.doesNotMatch(flows, /10\.244\.25[01]\./);
       assert.deepEqual((await a.ovs.dumpFlows('br-int')).sort(), expectedFlows(a, b, await weftRound(a)));

@@ -215,7 +215,7 @@ describe('vxlan backend: three hosts in namespaces', function () {
       JSON.stringify({ PublicIP: 'fd00::1', PublicIPv6: null, BackendType: 'vxlan', BackendData: { VNI: 1, VtepMAC: '0e:bb:00:00:00:01' } }),
     );
     const h = c.hosts[1]!;
-    await waitFor(() => /skipping peer lease.*10\.5\.240\.0-24.*VtepMAC/.test(h.weftd!.output), { timeoutMs: 10_000, what: 'the VtepMAC warning' });
+    await waitFor(() => /rejected a peer lease.*10\.5\.240\.0-24.*VtepMAC/.test(h.weftd!.output), { timeoutMs: 10_000, what: 'the VtepMAC warning' });
     await waitFor(() => /skipping unparsable lease entry.*10\.5\.241\.0-24/.test(h.weftd!.output), { timeoutMs: 10_000, what: 'the public IP warning' });
     // Two more reconcile passes later: still one warning each, and the good peers untouched.
     const passes = async () => Number(/^weft_backend_reconcile_duration_seconds_count (\d+)$/m.exec(await h.metrics())?.[1] ?? 0);

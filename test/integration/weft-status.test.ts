@@ -120,9 +120,9 @@ describe('weft status against a running weftd', function () {
     assert.match(lines[0]!, /^weftd {7}\S+, ready$/);
     assert.match(lines[1]!, new RegExp(`^lease {7}${subnet.replace(/\./g, '\\.')}, public IP ${h1.underlayIP.replace(/\./g, '\\.')}, expires \\S+Z \\(in 23h5\\dm\\)$`));
     assert.equal(lines[2], 'network     10.9.0.0/16, backend vxlan');
-    assert.equal(lines[3], 'backend     vxlan: 1 peers known, 1 programmed');
+    assert.equal(lines[3], 'backend     vxlan: 1 peers known, 1 programmed, 0 rejected');
     assert.match(lines[4]!, /^reconcile {3}last apply \S+ ago, last reconcile \S+ ago \(every 1s\)$/);
-    assert.match(lines[5]!, /^repairs {5}added \d+, changed \d+, removed \d+, devices rebuilt \d+$/);
+    assert.match(lines[5]!, /^repairs {5}added \d+, changed \d+, removed \d+, devices rebuilt \d+; 0 operations refused$/);
     assert.equal(lines[6], 'ipmasq      masquerade on, forward rules on, iptables');
     assert.equal(lines.at(-1), `subnet file ${h1.subnetFile}`);
   });

@@ -4,10 +4,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import {
-  listState,
+  collectGarbage,
+  isDelegateConfText,
   readState,
   removeState,
-  removeTempFile,
   StateFileError,
   statePath,
   writeState,
@@ -60,15 +60,25 @@ describe('flannel CNI: state files', () => {
     assert.throws(() => readState(dataDir, 'c2'), { name: 'StateFileError', operation: 'read' });
   });
 
-  it('lists container files and leftover temp files, ignoring anything else', async () => {
+  it('GC removes state and leftover temp files of invalid containers by name and content, ignoring anything else', async () => {
     const dataDir = join(root, 'd');
-    assert.deepEqual(listState(dataDir), { containerIds: [], tempFiles: [] });
+    assert.deepEqual(collectGarbage(dataDir, new Set()), { removed: [], leftAlone: [] });
     await mkdir(join(dataDir, 'subdir'), { recursive: true });
-    for (const f of ['b2', 'a1', '.a1.tmp-12-beef', '.other', 'x~y']) await writeFile(join(dataDir, f), '');
-    assert.deepEqual(listState(dataDir), { containerIds: ['a1', 'b2'], tempFiles: ['.a1.tmp-12-beef'] });
-    removeTempFile(dataDir, '.a1.tmp-12-beef');
-    assert.throws(() => removeTempFile(dataDir, 'a1'), RangeError);
-    assert.deepEqual((await readdir(dataDir)).sort(), ['.other', 'a1', 'b2', 'subdir', 'x~y']);
-    assert.equal(await readFile(join(dataDir, 'a1'), 'utf8'), '');
+    const conf = '{"cniVersion":"1.0.0","ipam":{"type":"host-local"},"name":"cbr0","type":"bridge"}';
+    for (const f of ['b2', 'a1', 'c3']) await writeFile(join(dataDir, f), conf);
+    for (const f of ['.a1.tmp-12-beef', '.other', 'x~y', 'empty']) await writeFile(join(dataDir, f), '');
+    await writeFile(join(dataDir, '.b2.tmp-13-cafe'), 'partial');
+    assert.deepEqual(collectGarbage(dataDir, new Set(['c3'])), { removed: ['.a1.tmp-12-beef', 'a1', 'b2'], leftAlone: ['.b2.tmp-13-cafe', 'empty'] });
+    assert.deepEqual((await readdir(dataDir)).sort(), ['.b2.tmp-13-cafe', '.other', 'c3', 'empty', 'subdir', 'x~y']);
+    assert.equal(await readFile(join(dataDir, 'c3'), 'utf8'), conf);
+    assert.equal(await readFile(join(dataDir, '.b2.tmp-13-cafe'), 'utf8'), 'partial');
+  });
+
+  it('the state shape is a delegate netconf: an object with string name, non-empty string type and an ipam object', () => {
+    assert.equal(isDelegateConfText('{"name":"cbr0","type":"bridge","ipam":{"type":"host-local"}}'), true);
+    assert.equal(isDelegateConfText('{"name":"","type":"weft-ovs","ipam":{}}'), true);
+    for (const bad of ['', 'partial', '[]', 'null', '"x"', '{"name":"cbr0","type":"bridge"}', '{"name":"cbr0","type":"","ipam":{}}', '{"type":"bridge","ipam":{}}', '{"name":"n","type":"bridge","ipam":[]}', 'ctr1\r\neth0']) {
+      assert.equal(isDelegateConfText(bad), false, bad);
+    }
   });
 });

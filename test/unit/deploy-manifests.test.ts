@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import * as k8s from '@kubernetes/client-node';
 import yaml from 'js-yaml';
+import { parseFlags } from '../../src/cli/flags.js';
 import { parseNetworkConfig } from '../../src/subnet/config.js';
 
 const FILE = fileURLToPath(new URL('../../deploy/kubernetes/weft.yml', import.meta.url));
@@ -61,5 +62,29 @@ describe('deploy/kubernetes/weft.yml', () => {
     assert.deepEqual(weftd.env!.map((e) => e.name), ['POD_NAME', 'POD_NAMESPACE', 'NODE_NAME']);
     const init = pod.initContainers!.map((c) => c.command!.join(' '));
     assert.deepEqual(init, ['/opt/weft/bin/weft install-cni --dest /opt/cni/bin', 'cp -f /etc/kube-flannel/cni-conf.json /etc/cni/net.d/10-flannel.conflist']);
+  });
+
+  it('serves health, metrics and status on the node\'s loopback only, and probes them there', () => {
+    const pod = byKind<k8s.V1DaemonSet>('DaemonSet').spec!.template.spec!;
+    const weftd = pod.containers.find((c) => c.name === 'weftd')!;
+    // weftd itself reads the arguments (the last --healthz-ip would win): loopback, port 8081.
+    const saved = process.env.FLANNELD_HEALTHZ_IP;
+    delete process.env.FLANNELD_HEALTHZ_IP;
+    let flags: ReturnType<typeof parseFlags>;
+    try {
+      flags = parseFlags(weftd.args!);
+    } finally {
+      if (saved !== undefined) process.env.FLANNELD_HEALTHZ_IP = saved;
+    }
+    assert.equal(flags.healthzIp, '127.0.0.1');
+    assert.equal(flags.healthzPort, 8081);
+    assert.deepEqual(weftd.args!.filter((a) => /healthz-ip/.test(a)), ['--healthz-ip=127.0.0.1']);
+    assert.ok(!weftd.env!.some((e) => e.name.startsWith('FLANNELD_')), 'no FLANNELD_* variable overrides the arguments');
+    assert.equal(pod.hostNetwork, true, 'with hostNetwork the probes would otherwise go to the node address, where nothing listens');
+    for (const probe of [weftd.livenessProbe!, weftd.readinessProbe!]) {
+      assert.equal(probe.httpGet!.host, '127.0.0.1');
+      assert.equal(probe.httpGet!.port, flags.healthzPort);
+    }
+    assert.equal(weftd.ports, undefined, 'no containerPort advertises the health port');
   });
 });

@@ -1,5 +1,8 @@
 import assert from 'node:assert/strict';
-import { FlagError, normalizeGoFlags, parseFlags } from '../../src/cli/flags.js';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { etcdConnectOptions, FlagError, normalizeGoFlags, parseFlags } from '../../src/cli/flags.js';
 
 /** Asserts a FlagError whose message matches `message`. */
 function rejects(argv: string[], message: RegExp): void {
@@ -43,6 +46,7 @@ describe('parseFlags', () => {
       etcdCafile: '',
       etcdUsername: '',
       etcdPassword: '',
+      etcdPasswordFile: '',
       iface: [],
       ifaceRegex: [],
       ifaceCanReach: '',
@@ -215,5 +219,80 @@ describe('parseFlags', () => {
     rejects(['--etcd-prefix'], /etcd-prefix/);
     rejects(['--subnet-file'], /subnet-file/);
     rejects(['--etcd-prefix', '--ip-masq'], /etcd-prefix/);
+  });
+
+  describe('the etcd password', () => {
+    let dir = '';
+    before(() => {
+      dir = mkdtempSync(join(tmpdir(), 'weft-flags-'));
+    });
+    after(() => rmSync(dir, { recursive: true, force: true }));
+    const file = (name: string, content: string, mode = 0o600): string => {
+      const path = join(dir, name);
+      writeFileSync(path, content, { mode });
+      return path;
+    };
+    /** A FlagError matching `message` whose text does not leak `secret`. */
+    const rejectsWithout = (argv: string[], message: RegExp, secret: string) => {
+      assert.throws(
+        () => parseFlags(argv),
+        (e: unknown) => {
+          assert.ok(e instanceof FlagError, String(e));
+          assert.match(e.message, message);
+          assert.ok(!e.message.includes(secret), `the message shows the password: ${e.message}`);
+          return true;
+        },
+      );
+    };
+
+    it('FLANNELD_ETCD_PASSWORD sets it, like --etcd-password, and reaches the etcd options', () => {
+      process.env.FLANNELD_ETCD_USERNAME = 'weft';
+      process.env.FLANNELD_ETCD_PASSWORD = 's3cret pw';
+      const f = parseFlags([]);
+      assert.deepEqual([f.etcdUsername, f.etcdPassword, f.etcdPasswordFile], ['weft', 's3cret pw', '']);
+      const o = etcdConnectOptions(f);
+      assert.deepEqual([o.username, o.password], ['weft', 's3cret pw']);
+      assert.equal(parseFlags(['--etcd-password', 'cli']).etcdPassword, 'cli', 'the command line wins');
+    });
+
+    it('--etcd-password-file reads the file at start, without one trailing newline', () => {
+      assert.equal(parseFlags(['--etcd-password-file', file('lf', 'pw-lf\n')]).etcdPassword, 'pw-lf');
+      assert.equal(parseFlags(['--etcd-password-file', file('crlf', 'pw-crlf\r\n')]).etcdPassword, 'pw-crlf');
+      assert.equal(parseFlags([`-etcd-password-file=${file('bare', 'pw bare')}`]).etcdPassword, 'pw bare');
+      assert.equal(parseFlags(['--etcd-password-file', file('spaces', '  pw with spaces  \n')]).etcdPassword, '  pw with spaces  ', 'only the line break goes');
+      assert.equal(parseFlags(['--etcd-password-file', file('utf8', 'pässwörd🙂\n')]).etcdPassword, 'pässwörd🙂');
+      const f = parseFlags(['--etcd-password-file', file('lf', 'pw-lf\n')]);
+      assert.equal(f.etcdPasswordFile, join(dir, 'lf'));
+      assert.equal(etcdConnectOptions(f).password, 'pw-lf');
+    });
+
+    it('FLANNELD_ETCD_PASSWORD_FILE works as the flag does', () => {
+      process.env.FLANNELD_ETCD_PASSWORD_FILE = file('env', 'from-env-file\n');
+      assert.equal(parseFlags([]).etcdPassword, 'from-env-file');
+    });
+
+    it('is exclusive with --etcd-password, however each is given', () => {
+      const path = file('x', 'file-secret\n');
+      const msg = /^--etcd-password and --etcd-password-file are exclusive/;
+      rejectsWithout(['--etcd-password', 'cli-secret', '--etcd-password-file', path], msg, 'cli-secret');
+      process.env.FLANNELD_ETCD_PASSWORD = 'env-secret';
+      rejectsWithout(['--etcd-password-file', path], msg, 'env-secret');
+      delete process.env.FLANNELD_ETCD_PASSWORD;
+      process.env.FLANNELD_ETCD_PASSWORD_FILE = path;
+      rejectsWithout(['--etcd-password', 'cli-secret'], msg, 'cli-secret');
+    });
+
+    it('an unreadable, empty or multi-line file is a flag error naming the file, never the content', () => {
+      rejectsWithout(['--etcd-password-file', join(dir, 'missing')], new RegExp(`^--etcd-password-file ${join(dir, 'missing')}: cannot read it: no such file$`), 'x');
+      mkdirSync(join(dir, 'adir'));
+      rejectsWithout(['--etcd-password-file', join(dir, 'adir')], /: cannot read it: is a directory$/, 'x');
+      rejectsWithout(['--etcd-password-file', file('empty', '')], /: the file is empty$/, 'x');
+      rejectsWithout(['--etcd-password-file', file('nl', '\n')], /: the file is empty$/, 'x');
+      rejectsWithout(['--etcd-password-file', file('two', 'line-one-secret\nline-two-secret\n')], /: holds more than one line/, 'secret');
+      rejectsWithout(['--etcd-password-file', file('cr', 'cr-secret\rmore')], /: holds more than one line/, 'secret');
+      rejects(['--etcd-password-file'], /etcd-password-file/);
+      // A path through a regular file: unreadable for root too (ENOTDIR, reported with the system's words).
+      rejectsWithout(['--etcd-password-file', join(file('plain', 'plain-secret\n'), 'below')], /: cannot read it: ENOTDIR: not a directory/, 'plain-secret');
+    });
   });
 });

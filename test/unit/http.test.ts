@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { PassThrough } from 'node:stream';
-import { HealthServer, HealthServerError } from '../../src/daemon/http.js';
+import { HealthServer, HealthServerError, isLoopbackClient } from '../../src/daemon/http.js';
 import { DaemonMetrics } from '../../src/daemon/metrics.js';
 import { createLogger, rateLimited, type LogFields, type Logger, type LogLevel } from '../../src/util/log.js';
 import { IPAddr, IPNet } from '../../src/util/ip.js';
@@ -138,6 +138,35 @@ describe('HealthServer', () => {
     assert.equal(r.body, 'method not allowed\n');
     r = await request(port, '/metrics', 'DELETE');
     assert.equal(r.status, 405);
+  });
+
+  it('tells loopback clients from others (the peer list is for this host only)', () => {
+    for (const a of ['127.0.0.1', '127.255.0.9', '::1', '::ffff:127.0.0.1', '::FFFF:127.1.2.3']) assert.equal(isLoopbackClient(a), true, a);
+    for (const a of [undefined, '', '10.0.0.1', '128.0.0.1', '1127.0.0.1', '::ffff:10.0.0.1', 'fd00::1', '::', '0.0.0.0', '127.0.0.1.evil', '::2']) {
+      assert.equal(isLoopbackClient(a), false, String(a));
+    }
+  });
+
+  it('GET /status?peers=true from loopback answers with the peer list', async () => {
+    const asked: boolean[] = [];
+    const s = new HealthServer({
+      host: '127.0.0.1',
+      port: 0,
+      isReady: () => true,
+      metrics,
+      logger: recordingLogger(),
+      status: (opts) => {
+        asked.push(opts.peers ?? false);
+        return Promise.resolve({ kind: 'weft-status', peers: opts.peers ? [] : undefined } as never);
+      },
+    });
+    servers.push(s);
+    const { port: p } = await s.start();
+    const r = await request(p, '/status?peers=true');
+    assert.equal(r.status, 200, r.body);
+    assert.deepEqual(JSON.parse(r.body), { kind: 'weft-status', peers: [] });
+    assert.equal((await request(p, '/status')).status, 200);
+    assert.deepEqual(asked, [true, false]);
   });
 
   it('GET /metrics exposes the daemon metrics with their current values', async () => {

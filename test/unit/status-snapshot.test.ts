@@ -40,6 +40,7 @@ function input(activity: DaemonActivity, over: Partial<StatusInput> = {}): Statu
     backendType: 'vxlan',
     lease: lease('10.5.1.0/24', '10.250.0.1', '0e:00:00:00:00:01'),
     peers: [lease('10.5.2.0/24', '10.250.0.2', '0e:00:00:00:00:02')],
+    rejected: [{ lease: lease('8.8.8.0/24', '10.250.0.9', '0e:00:00:00:00:09'), reason: 'outside-network', detail: 'subnet 8.8.8.0/24 is outside the cluster network 10.5.0.0/16', since: at(-20) }],
     masquerade: true,
     forwardRules: true,
     rulesResync: 5,
@@ -55,6 +56,8 @@ function busyDaemon(): { metrics: DaemonMetrics; activity: DaemonActivity } {
   metrics.ready.set(1);
   metrics.leaseExpiry.set(T0.getTime() / 1000 + 86_000);
   metrics.peers.set(1);
+  metrics.peersRejected.set(1);
+  metrics.backendFailures.inc(2);
   metrics.recordProgramming(1, { added: 3, changed: 1, removed: 2 }, 1);
   for (let i = 0; i < 4; i++) metrics.ruleChecks.inc();
   metrics.recordRuleRepair('iptables');
@@ -111,6 +114,22 @@ describe('status snapshot', () => {
         type: 'vxlan',
         peersKnown: 1,
         peersProgrammed: 1,
+        peersRejected: 1,
+        rejectedPeers: [
+          {
+            subnet: '8.8.8.0/24',
+            ipv6Subnet: null,
+            publicIP: '10.250.0.9',
+            publicIPv6: null,
+            backendType: 'vxlan',
+            vtepMAC: '0e:00:00:00:00:09',
+            vtepMACv6: null,
+            reason: 'outside-network',
+            detail: 'subnet 8.8.8.0/24 is outside the cluster network 10.5.0.0/16',
+            since: '2025-03-01T11:59:40.000Z',
+          },
+        ],
+        failures: 2,
         lastApply: '2025-03-01T11:59:30.000Z',
         lastReconcile: '2025-03-01T11:59:56.000Z',
         reconcileInterval: 10,
@@ -166,9 +185,10 @@ describe('status snapshot', () => {
         'weftd       0.1.0, ready',
         'lease       10.5.1.0/24, public IP 10.250.0.1, expires 2025-03-02T11:53:20.000Z (in 23h53m)',
         'network     10.5.0.0/16, backend vxlan',
-        'backend     vxlan: 1 peers known, 1 programmed',
+        'backend     vxlan: 1 peers known, 1 programmed, 1 rejected',
+        '  rejected  8.8.8.0/24 (public IP 10.250.0.9): outside-network: subnet 8.8.8.0/24 is outside the cluster network 10.5.0.0/16, since 20s ago',
         'reconcile   last apply 30s ago, last reconcile 4s ago (every 10s)',
-        'repairs     added 3, changed 1, removed 2, devices rebuilt 1',
+        'repairs     added 3, changed 1, removed 2, devices rebuilt 1; 2 operations refused',
         'backend err route-replace 10.5.2.0/24: EINVAL (1s ago)',
         'ipmasq      masquerade on, forward rules on, iptables',
         'rules       last check 2s ago (every 5s), last repair 7s ago; 4 checks, 1 repairs, 1 errors',

@@ -1,11 +1,17 @@
 // flannel's alloc backend: takes a lease and programs nothing, so weftd runs without root.
 import { IPAddr } from '../../util/ip.js';
-import type { Backend, BackendContext, Prepared } from '../backend.js';
+import type { PeerProblem } from '../../subnet/peer-gate.js';
+import { CLEAN_PASS, type Backend, type BackendContext, type BackendPass, type Prepared } from '../backend.js';
 
 export class AllocBackend implements Backend {
   readonly type = 'alloc';
 
   constructor(private readonly ctx: BackendContext) {}
+
+  /** alloc programs nothing: every lease is fine. */
+  peerProblem(): PeerProblem | null {
+    return null;
+  }
 
   prepare(): Promise<Prepared> {
     const { extIface, config } = this.ctx;
@@ -21,9 +27,13 @@ export class AllocBackend implements Backend {
 
   async start(): Promise<void> {}
 
-  async apply(): Promise<void> {}
+  apply(): Promise<BackendPass> {
+    return Promise.resolve(CLEAN_PASS);
+  }
 
-  async reconcile(): Promise<void> {}
+  reconcile(): Promise<BackendPass> {
+    return Promise.resolve(CLEAN_PASS);
+  }
 
   async close(): Promise<void> {}
 }

@@ -2,11 +2,11 @@
 // interface. Needs L2 adjacency, so it refuses a public IP that is not the interface's own (NAT).
 import { IPAddr, type IPNet } from '../../util/ip.js';
 import type { Lease } from '../../subnet/lease.js';
+import type { PeerProblem } from '../../subnet/peer-gate.js';
 import { Netlink } from '../../netlink/index.js';
-import type { Backend, BackendContext, Prepared } from '../backend.js';
+import type { Backend, BackendContext, BackendPass, Prepared } from '../backend.js';
 import type { RouteSpec } from '../kernel/diff.js';
 import { program } from '../kernel/programmer.js';
-import { PeerFilter } from '../peers.js';
 import { SerialQueue } from '../serial.js';
 
 export class HostGwNatError extends Error {
@@ -23,7 +23,6 @@ export class HostGwBackend implements Backend {
   readonly type = 'host-gw';
   private readonly nl: Netlink;
   private readonly serial = new SerialQueue();
-  private readonly filter: PeerFilter;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -37,7 +36,6 @@ export class HostGwBackend implements Backend {
       throw new HostGwNatError(6, extIface.extV6Addr, extIface.ifaceV6Addr);
     }
     this.nl = netlink ?? Netlink.open();
-    this.filter = new PeerFilter(ctx.logger);
   }
 
   prepare(): Promise<Prepared> {
@@ -52,19 +50,24 @@ export class HostGwBackend implements Backend {
     });
   }
 
-  async start(): Promise<void> {}
-
-  async apply(_batch: unknown, peers: readonly Lease[]): Promise<void> {
-    await this.reconcile(peers);
+  peerProblem(peer: Lease): PeerProblem | null {
+    return peer.attrs.backendType === 'host-gw' ? null : { reason: 'backend-type', detail: `backend type "${peer.attrs.backendType ?? ''}" is not host-gw` };
   }
 
-  reconcile(peers: readonly Lease[]): Promise<void> {
+  async start(): Promise<void> {}
+
+  apply(_batch: unknown, peers: readonly Lease[]): Promise<BackendPass> {
+    return this.reconcile(peers);
+  }
+
+  reconcile(peers: readonly Lease[]): Promise<BackendPass> {
     return this.serial.run(async () => {
       const { routes, programmed } = this.desiredRoutes(peers);
       const { config } = this.ctx;
       const networks = [config.network, config.ipv6Network].filter((n): n is IPNet => n !== null);
       const result = await program(this.nl, { networks, l2Devices: [], useNexthops: false }, { routes, neighbours: [], fdb: [] }, this.ctx.logger);
       this.ctx.metrics?.recordProgramming(programmed, result.repairs, 0);
+      return { failures: result.failures };
     });
   }
 
@@ -74,15 +77,11 @@ export class HostGwBackend implements Backend {
   }
 
   private desiredRoutes(peers: readonly Lease[]): { routes: RouteSpec[]; programmed: number } {
-    this.filter.retain(peers);
     const { config, extIface } = this.ctx;
     const routes: RouteSpec[] = [];
     let programmed = 0;
     for (const peer of peers) {
-      if (peer.attrs.backendType !== 'host-gw') {
-        this.filter.skip(peer, `backend type "${peer.attrs.backendType ?? ''}" is not host-gw`);
-        continue;
-      }
+      if (this.peerProblem(peer)) continue;
       let any = false;
       if (config.enableIPv4 && peer.subnet && !peer.attrs.publicIP.isUnspecified()) {
         routes.push({ dst: peer.subnet, gateway: peer.attrs.publicIP, oif: extIface.index, onlink: false });

@@ -41,7 +41,10 @@ export interface DesiredState {
 /** What the kernel has, already narrowed to the entries weft owns. */
 export type ActualState = DesiredState;
 
-export type KernelOp =
+/** Which repair an operation makes: an entry added, rewritten or removed. */
+export type RepairKind = 'added' | 'changed' | 'removed';
+
+export type KernelOp = (
   | { readonly kind: 'route-replace'; readonly route: RouteSpec }
   | { readonly kind: 'route-delete'; readonly route: RouteSpec }
   | { readonly kind: 'neigh-replace'; readonly neigh: NeighSpec }
@@ -49,7 +52,8 @@ export type KernelOp =
   | { readonly kind: 'fdb-replace'; readonly fdb: FdbSpec }
   | { readonly kind: 'fdb-delete'; readonly fdb: FdbSpec }
   | { readonly kind: 'nexthop-replace'; readonly nexthop: NexthopSpec }
-  | { readonly kind: 'nexthop-delete'; readonly nexthop: NexthopSpec };
+  | { readonly kind: 'nexthop-delete'; readonly nexthop: NexthopSpec }
+) & { readonly repair: RepairKind };
 
 export interface Repairs {
   /** Entries added because they were missing. */
@@ -67,18 +71,18 @@ function diffKind<T>(
   key: (x: T) => string,
   value: (x: T) => string,
   count: { added: number; changed: number; removed: number },
-): { replace: T[]; remove: T[] } {
+): { replace: Array<[T, RepairKind]>; remove: T[] } {
   const have = new Map(actual.map((x) => [key(x), x]));
   const want = new Set<string>();
-  const replace: T[] = [];
+  const replace: Array<[T, RepairKind]> = [];
   for (const d of desired) {
     const k = key(d);
     want.add(k);
     const h = have.get(k);
     if (h && value(h) === value(d)) continue;
-    if (h) count.changed++;
-    else count.added++;
-    replace.push(d);
+    const kind = h ? 'changed' : 'added';
+    count[kind]++;
+    replace.push([d, kind]);
   }
   const remove = actual.filter((a) => !want.has(key(a)));
   count.removed += remove.length;
@@ -101,14 +105,14 @@ export function diffState(desired: DesiredState, actual: ActualState): { ops: Ke
   const nh = diffKind(desired.nexthops ?? [], actual.nexthops ?? [], (n) => String(n.id), nexthopValue, count);
   const routes = diffKind(desired.routes, actual.routes, (r) => r.dst.toString(), routeValue, count);
   const ops: KernelOp[] = [
-    ...routes.remove.map((route) => ({ kind: 'route-delete' as const, route })),
-    ...neigh.remove.map((n) => ({ kind: 'neigh-delete' as const, neigh: n })),
-    ...fdb.remove.map((f) => ({ kind: 'fdb-delete' as const, fdb: f })),
-    ...nh.remove.map((nexthop) => ({ kind: 'nexthop-delete' as const, nexthop })),
-    ...neigh.replace.map((n) => ({ kind: 'neigh-replace' as const, neigh: n })),
-    ...fdb.replace.map((f) => ({ kind: 'fdb-replace' as const, fdb: f })),
-    ...nh.replace.map((nexthop) => ({ kind: 'nexthop-replace' as const, nexthop })),
-    ...routes.replace.map((route) => ({ kind: 'route-replace' as const, route })),
+    ...routes.remove.map((route) => ({ kind: 'route-delete' as const, route, repair: 'removed' as const })),
+    ...neigh.remove.map((n) => ({ kind: 'neigh-delete' as const, neigh: n, repair: 'removed' as const })),
+    ...fdb.remove.map((f) => ({ kind: 'fdb-delete' as const, fdb: f, repair: 'removed' as const })),
+    ...nh.remove.map((nexthop) => ({ kind: 'nexthop-delete' as const, nexthop, repair: 'removed' as const })),
+    ...neigh.replace.map(([n, repair]) => ({ kind: 'neigh-replace' as const, neigh: n, repair })),
+    ...fdb.replace.map(([f, repair]) => ({ kind: 'fdb-replace' as const, fdb: f, repair })),
+    ...nh.replace.map(([nexthop, repair]) => ({ kind: 'nexthop-replace' as const, nexthop, repair })),
+    ...routes.replace.map(([route, repair]) => ({ kind: 'route-replace' as const, route, repair })),
   ];
   return { ops, repairs: count };
 }

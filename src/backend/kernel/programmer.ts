@@ -116,7 +116,10 @@ function toNetlinkOp(op: KernelOp): NetlinkOp {
   }
 }
 
-/** One reconcile pass: dump, diff, apply. Failed operations are logged and retried next pass. */
+/**
+ * One reconcile pass: dump, diff, apply. Only operations the kernel accepted count as repairs; the
+ * refused ones are failures, logged and retried by the caller's next pass.
+ */
 export async function program(
   nl: Netlink,
   scope: ProgramScope,
@@ -127,10 +130,14 @@ export async function program(
   const want = scope.useNexthops ? withNexthops(desired, actual, scope) : desired;
   const { ops, repairs } = diffState(want, actual);
   if (ops.length === 0) return { repairs, ops: 0, failures: 0 };
-  const result = await nl.apply(ops.map(toNetlinkOp));
+  const sent = ops.map((op) => [toNetlinkOp(op), op] as const);
+  const result = await nl.apply(sent.map(([n]) => n));
+  const refused = new Set(result.failures.map((f) => f.op));
+  const done = { added: 0, changed: 0, removed: 0 };
+  for (const [n, op] of sent) if (!refused.has(n)) done[op.repair]++;
   for (const f of result.failures.slice(0, 10)) {
-    logger.warn('kernel operation failed; retrying on the next reconcile', { op: f.error.op, errno: f.error.errno });
+    logger.warn('kernel operation failed; retrying', { op: f.error.op, errno: f.error.errno });
   }
   if (result.failures.length > 10) logger.warn(`${result.failures.length - 10} more kernel operations failed`);
-  return { repairs, ops: ops.length, failures: result.failures.length };
+  return { repairs: done, ops: ops.length, failures: result.failures.length };
 }

@@ -3,7 +3,10 @@
 // the bridge, and flow-restore-wait.
 import { join } from 'node:path';
 
+import { wordProblem } from '../../render/word.js';
 import { IPAddr } from '../../util/ip.js';
+import type { Logger } from '../../util/log.js';
+import { ifNameProblem } from '../../util/names.js';
 import type { OvsClient } from '../../ovs/cli.js';
 import { GATEWAY_OFPORT, TUNNEL_OFPORT, type PodPort } from './pipeline.js';
 
@@ -99,25 +102,168 @@ function mapOf(v: OvsdbValue | undefined): Map<string, string> {
   return Array.isArray(v) && v[0] === 'map' ? new Map(v[1]) : new Map<string, string>();
 }
 
-/** The bridge's pod ports: interfaces with weft's external_ids and an ofport. Malformed rows are skipped. */
-export async function listPodInterfaces(ovs: OvsClient, bridge: string): Promise<PodInterface[]> {
+/** A pod port weft does not program, and why. */
+export interface SkippedPodPort {
+  readonly name: string;
+  readonly ofport: number;
+  readonly reason: string;
+}
+
+/** The largest switch port number (OFPP_MAX - 1; 0xff00 and up are OpenFlow's reserved ports). */
+export const MAX_OFPORT = 0xfeff;
+/** A CNI container ID (the reference utils.ValidateContainerID). */
+const CONTAINER_ID = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
+const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
+/** Kubernetes names are at most 253 bytes (DNS subdomain). */
+const MAX_POD_NAME_BYTES = 253;
+
+/** Why `name` cannot be a port weft passes to ovs-vsctl, or null: an interface name, not an option. */
+export function portNameProblem(name: string): string | null {
+  const problem = ifNameProblem(name);
+  if (problem !== null) return problem;
+  return name.startsWith('-') ? 'starts with "-"' : null;
+}
+
+/** Why `text` is not a pod's IPv4 address (canonical dotted quad, unicast), or null. */
+function podIPProblem(text: string): string | null {
+  const ip = IPAddr.tryParse(text);
+  if (!ip || ip.family !== 4 || ip.toString() !== text) return 'is not an IPv4 address in dotted-quad form';
+  const first = Number(ip.value >> 24n);
+  if (ip.isUnspecified() || first === 127 || first >= 224) return 'is not a unicast address';
+  return null;
+}
+
+/** Why `mac` (lower case) is not a pod's MAC (six hex pairs, unicast, not zero), or null. */
+export function podMACProblem(mac: string): string | null {
+  if (!MAC.test(mac)) return 'is not a MAC address (six hex pairs separated by ":")';
+  if (parseInt(mac.slice(0, 2), 16) & 1) return 'is a multicast MAC address';
+  if (mac === '00:00:00:00:00:00') return 'is the zero MAC address';
+  return null;
+}
+
+/** Why a pod or namespace name cannot be stored with the port (control or format characters, white space, length), or null. */
+export function podNameProblem(name: string): string | null {
+  if (Buffer.byteLength(name, 'utf8') > MAX_POD_NAME_BYTES) return `is longer than ${MAX_POD_NAME_BYTES} bytes`;
+  if (/\p{Cf}/u.test(name)) return 'contains a format character (bidi control, zero-width, ...)';
+  return wordProblem(name, '');
+}
+
+/** Why the values of a pod's external_ids cannot be used, or null. Checked when weft writes them and when it reads them back. */
+export function podIdsProblem(ids: {
+  readonly containerId: string | undefined;
+  readonly ifName: string | undefined;
+  readonly ip: string | undefined;
+  readonly mac: string | undefined;
+  readonly podName: string | undefined;
+  readonly podNamespace: string | undefined;
+}): string | null {
+  const key = (k: keyof typeof POD_IDS, v: string, why: string) => `${POD_IDS[k]} ${JSON.stringify(v)} ${why}`;
+  if (ids.containerId === undefined) return `no ${POD_IDS.containerId}`;
+  if (!CONTAINER_ID.test(ids.containerId)) return key('containerId', ids.containerId, 'is not a container ID (letters, digits, "_", "." or "-")');
+  if (ids.ifName !== undefined) {
+    const p = ifNameProblem(ids.ifName);
+    if (p !== null) return key('ifName', ids.ifName, `is not an interface name (${p})`);
+  }
+  if (ids.ip === undefined) return `no ${POD_IDS.ip}`;
+  const ipProblem = podIPProblem(ids.ip);
+  if (ipProblem !== null) return key('ip', ids.ip, ipProblem);
+  if (ids.mac === undefined) return `no ${POD_IDS.mac}`;
+  const macProblem = podMACProblem(ids.mac);
+  if (macProblem !== null) return key('mac', ids.mac, macProblem);
+  for (const k of ['podName', 'podNamespace'] as const) {
+    const v = ids[k];
+    const p = v === undefined ? null : podNameProblem(v);
+    if (v !== undefined && p !== null) return key(k, v, p);
+  }
+  return null;
+}
+
+/** Whether a row carries any of weft's own pod keys (`attached-mac` alone is OVS's convention, used by others too). */
+function isWeftPodRow(ext: ReadonlyMap<string, string>): boolean {
+  return Object.entries(POD_IDS).some(([k, id]) => k !== 'mac' && ext.has(id));
+}
+
+/**
+ * The bridge's pod ports: interfaces with weft's external_ids and an ofport, each value checked
+ * (interface name, ofport, container ID, interface name in the pod, IPv4 address, MAC, pod
+ * names). A row that fails is skipped and returned in `skipped` with the reason, as is a port
+ * claiming the IP or MAC of a port with a lower ofport. Rows without weft's keys (the tunnel,
+ * the gateway, ports of others) and ports not attached yet (no ofport) are neither.
+ */
+export async function scanPodInterfaces(ovs: OvsClient, bridge: string): Promise<{ pods: PodInterface[]; skipped: SkippedPodPort[] }> {
   const [portList, out] = await Promise.all([
     ovs.vsctl(['list-ports', bridge]),
     ovs.vsctl(['--format=json', '--columns=name,ofport,external_ids', 'list', 'interface']),
   ]);
   const ports = new Set(portList.split('\n').map((l) => l.trim()).filter(Boolean));
   const table = JSON.parse(out) as { data: OvsdbValue[][] };
-  const pods: PodInterface[] = [];
+  const candidates: PodInterface[] = [];
+  const skipped: SkippedPodPort[] = [];
   for (const [name, ofport, ids] of table.data) {
-    if (typeof name !== 'string' || !ports.has(name) || typeof ofport !== 'number' || ofport <= 0) continue;
+    if (typeof name !== 'string' || !ports.has(name)) continue;
     const ext = mapOf(ids);
-    const ip = IPAddr.tryParse(ext.get(POD_IDS.ip) ?? '');
+    if (!isWeftPodRow(ext) || typeof ofport !== 'number' || ofport <= 0) continue;
     const mac = ext.get(POD_IDS.mac)?.toLowerCase();
-    const containerId = ext.get(POD_IDS.containerId);
-    if (!ip || ip.family !== 4 || !mac || !/^([0-9a-f]{2}:){5}[0-9a-f]{2}$/.test(mac) || !containerId) continue;
-    pods.push({ name, ofport, ip, mac, containerId, ifName: ext.get(POD_IDS.ifName) ?? '' });
+    const nameProblem = portNameProblem(name);
+    const reason =
+      nameProblem !== null
+        ? `interface name ${nameProblem}`
+        : !Number.isInteger(ofport) || ofport > MAX_OFPORT
+          ? `ofport ${ofport} is not a switch port number (1..${MAX_OFPORT})`
+          : podIdsProblem({
+              containerId: ext.get(POD_IDS.containerId),
+              ifName: ext.get(POD_IDS.ifName),
+              ip: ext.get(POD_IDS.ip),
+              mac,
+              podName: ext.get(POD_IDS.podName),
+              podNamespace: ext.get(POD_IDS.podNamespace),
+            });
+    if (reason !== null) {
+      skipped.push({ name, ofport, reason });
+      continue;
+    }
+    candidates.push({ name, ofport, ip: IPAddr.parse(ext.get(POD_IDS.ip)!), mac: mac!, containerId: ext.get(POD_IDS.containerId)!, ifName: ext.get(POD_IDS.ifName) ?? '' });
   }
-  return pods.sort((a, b) => a.ofport - b.ofport);
+  // Two ports with one address would get flows with the same matches: the lower ofport keeps it.
+  const byIP = new Map<string, PodInterface>();
+  const byMAC = new Map<string, PodInterface>();
+  const pods: PodInterface[] = [];
+  for (const p of candidates.sort((a, b) => a.ofport - b.ofport)) {
+    const owner = byIP.get(p.ip.toString()) ?? byMAC.get(p.mac);
+    if (owner) {
+      const what = byIP.has(p.ip.toString()) ? `IP ${p.ip.toString()}` : `MAC ${p.mac}`;
+      skipped.push({ name: p.name, ofport: p.ofport, reason: `claims the ${what} of port ${owner.name} (ofport ${owner.ofport})` });
+      continue;
+    }
+    byIP.set(p.ip.toString(), p);
+    byMAC.set(p.mac, p);
+    pods.push(p);
+  }
+  return { pods, skipped: skipped.sort((a, b) => a.ofport - b.ofport) };
+}
+
+/** The pod ports weft programs (scanPodInterfaces); the skipped ones go to `filter`, which warns once each. */
+export async function listPodInterfaces(ovs: OvsClient, bridge: string, filter?: PodPortFilter): Promise<PodInterface[]> {
+  const { pods, skipped } = await scanPodInterfaces(ovs, bridge);
+  filter?.report(skipped);
+  return pods;
+}
+
+/** One warning per skipped pod port and reason; a port that is fixed or gone is forgotten. */
+export class PodPortFilter {
+  private readonly warned = new Map<string, string>();
+
+  constructor(private readonly logger: Logger) {}
+
+  report(skipped: readonly SkippedPodPort[]): void {
+    const now = new Set(skipped.map((s) => s.name));
+    for (const name of this.warned.keys()) if (!now.has(name)) this.warned.delete(name);
+    for (const s of skipped) {
+      if (this.warned.get(s.name) === s.reason) continue;
+      this.warned.set(s.name, s.reason);
+      this.logger.warn('skipping pod port: no flows for it', { port: s.name, ofport: s.ofport, reason: s.reason });
+    }
+  }
 }
 
 export const ROUND_KEY = 'roundNum';

@@ -13,14 +13,15 @@ import { writeFile } from 'node:fs/promises';
 import { IPAddr, type IPNet } from '../../util/ip.js';
 import { VXLAN_OVERHEAD } from '../mtu.js';
 import type { JsonValue, Lease, LeaseAttrs } from '../../subnet/lease.js';
+import type { PeerProblem } from '../../subnet/peer-gate.js';
+import { vniProblem } from '../peer-data.js';
 import { withFileLock } from '../../util/flock.js';
 import { Netlink } from '../../netlink/index.js';
 import { OvsClient } from '../../ovs/cli.js';
-import type { Backend, BackendContext, Prepared } from '../backend.js';
+import { CLEAN_PASS, type Backend, type BackendContext, type BackendPass, type Prepared } from '../backend.js';
 import type { Repairs, RouteSpec } from '../kernel/diff.js';
-import { program } from '../kernel/programmer.js';
+import { program, type ProgramResult } from '../kernel/programmer.js';
 import { BackendOptions } from '../options.js';
-import { PeerFilter } from '../peers.js';
 import { SerialQueue } from '../serial.js';
 import {
   clearFlowRestoreWait,
@@ -28,6 +29,7 @@ import {
   flowLockPath,
   GATEWAY_PORT_NAME,
   listPodInterfaces,
+  PodPortFilter,
   nextRound,
   OvsConfigError,
   readRound,
@@ -64,11 +66,12 @@ export class OvsBackend implements Backend {
   private readonly nl: Netlink;
   private readonly ovs: OvsClient;
   private readonly serial = new SerialQueue();
-  private readonly filter: PeerFilter;
   private lease: Lease | null = null;
   private ports: { tunnel: number; gateway: number } | null = null;
   private round = 0;
   private converged = false;
+  /** Pod ports whose OVSDB values are unusable get no flows and one warning each. */
+  private readonly podPorts: PodPortFilter;
 
   constructor(
     private readonly opts: OvsOptions,
@@ -81,7 +84,7 @@ export class OvsBackend implements Backend {
     if (!extIface.extAddr) throw new OvsConfigError('ovs backend: no public IPv4 address for the tunnel');
     this.ovs = deps.ovs ?? new OvsClient();
     this.nl = deps.netlink ?? Netlink.open();
-    this.filter = new PeerFilter(ctx.logger);
+    this.podPorts = new PodPortFilter(ctx.logger);
   }
 
   private get mtu(): number {
@@ -117,7 +120,7 @@ export class OvsBackend implements Backend {
       // Node and pod flows now, under the new round; peers follow with the first full pass.
       await this.withFlowLock(async () => {
         const node = this.nodePorts();
-        const pods = await listPodInterfaces(this.ovs, this.opts.bridge);
+        const pods = await listPodInterfaces(this.ovs, this.opts.bridge, this.podPorts);
         const flows = [...pipelineFlows(this.round, node), ...pods.flatMap((p) => podFlows(this.round, node, p))];
         await this.ovs.addFlows(this.opts.bridge, renderFlows(flows));
       });
@@ -125,18 +128,18 @@ export class OvsBackend implements Backend {
   }
 
   /** Lease events: the table changes because the peers did. */
-  apply(_batch: unknown, peers: readonly Lease[]): Promise<void> {
+  apply(_batch: unknown, peers: readonly Lease[]): Promise<BackendPass> {
     return this.pass(peers, 'apply');
   }
 
   /** The timer: any difference now is drift. */
-  reconcile(peers: readonly Lease[]): Promise<void> {
+  reconcile(peers: readonly Lease[]): Promise<BackendPass> {
     return this.pass(peers, 'reconcile');
   }
 
-  private pass(peers: readonly Lease[], why: 'apply' | 'reconcile'): Promise<void> {
+  private pass(peers: readonly Lease[], why: 'apply' | 'reconcile'): Promise<BackendPass> {
     return this.serial.run(async () => {
-      if (!this.lease) return;
+      if (!this.lease) return CLEAN_PASS;
       let deviceRepairs = 0;
       // Lease events change flows and routes only; the bridge, its ports and the gateway are
       // checked by the timer (and by the first pass, which converges everything).
@@ -150,11 +153,12 @@ export class OvsBackend implements Backend {
       const flowRepairs = await this.withFlowLock(() => this.programFlows(wanted, why));
       const routes = await this.programRoutes(wanted);
       const repairs: Repairs = {
-        added: flowRepairs.added + routes.added,
-        changed: flowRepairs.changed + routes.changed,
-        removed: flowRepairs.removed + routes.removed,
+        added: flowRepairs.added + routes.repairs.added,
+        changed: flowRepairs.changed + routes.repairs.changed,
+        removed: flowRepairs.removed + routes.repairs.removed,
       };
       this.ctx.metrics?.recordProgramming(wanted.length, repairs, deviceRepairs);
+      return { failures: routes.failures };
     });
   }
 
@@ -181,7 +185,7 @@ export class OvsBackend implements Backend {
   /** Makes the flow table the desired set; returns what differed. */
   private async programFlows(peers: readonly PeerNode[], why: 'apply' | 'reconcile'): Promise<Repairs> {
     const { bridge } = this.opts;
-    const pods = await listPodInterfaces(this.ovs, bridge);
+    const pods = await listPodInterfaces(this.ovs, bridge, this.podPorts);
     const flows = desiredFlows(this.round, this.nodePorts(), pods, peers);
     const text = renderFlows(flows);
     if (why === 'apply' && this.converged) {
@@ -210,34 +214,26 @@ export class OvsBackend implements Backend {
   }
 
   /** `peer subnet via peer gateway dev weft-gw0 onlink`, so host traffic takes the tunnel too. */
-  private async programRoutes(peers: readonly PeerNode[]): Promise<Repairs> {
+  private async programRoutes(peers: readonly PeerNode[]): Promise<ProgramResult> {
     const gw = await this.nl.link(GATEWAY_PORT_NAME);
     if (!gw) throw new OvsConfigError(`ovs backend: the gateway device ${GATEWAY_PORT_NAME} is missing`);
     const routes: RouteSpec[] = peers.map((p) => ({ dst: p.subnet, gateway: gatewayOf(p.subnet), oif: gw.index, onlink: true }));
     const networks = [this.ctx.config.network].filter((n): n is IPNet => n !== null);
-    const result = await program(this.nl, { networks, l2Devices: [], useNexthops: false }, { routes, neighbours: [], fdb: [] }, this.ctx.logger);
-    return result.repairs;
+    return program(this.nl, { networks, l2Devices: [], useNexthops: false }, { routes, neighbours: [], fdb: [] }, this.ctx.logger);
   }
 
   private peerNodes(peers: readonly Lease[]): PeerNode[] {
-    this.filter.retain(peers);
     const out: PeerNode[] = [];
     for (const peer of peers) {
-      const reason = this.unusable(peer);
-      if (reason) this.filter.skip(peer, reason);
-      else out.push({ subnet: peer.subnet!, publicIP: peer.attrs.publicIP });
+      if (this.peerProblem(peer) === null && peer.subnet) out.push({ subnet: peer.subnet, publicIP: peer.attrs.publicIP });
     }
     return out;
   }
 
-  private unusable(peer: Lease): string | null {
-    if (peer.attrs.backendType !== 'ovs') return `backend type "${peer.attrs.backendType ?? ''}" is not ovs`;
-    if (!peer.subnet || peer.subnet.family !== 4) return 'no IPv4 subnet';
-    if (peer.attrs.publicIP.isUnspecified()) return 'no public IP';
-    const data = peer.attrs.backendData;
-    const vni = data && typeof data === 'object' && !Array.isArray(data) ? data.VNI : undefined;
-    if (vni !== undefined && vni !== this.opts.vni) return `VNI ${JSON.stringify(vni)} differs from ours (${this.opts.vni})`;
-    return null;
+  peerProblem(peer: Lease): PeerProblem | null {
+    if (peer.attrs.backendType !== 'ovs') return { reason: 'backend-type', detail: `backend type "${peer.attrs.backendType ?? ''}" is not ovs` };
+    if (!peer.subnet || peer.subnet.family !== 4) return { reason: 'backend-data', detail: 'no IPv4 subnet (the ovs backend is IPv4 only)' };
+    return vniProblem(peer.attrs.backendData, this.opts.vni);
   }
 
   /** The gateway port: lease gateway address with the subnet's prefix, pinned MAC, MTU, up. */

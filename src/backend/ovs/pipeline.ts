@@ -2,11 +2,13 @@
 //
 //   0 classifier → 10 spoof guard → 20 ARP responder (ARP) / 30 L3 forwarding (IP) → 40 L2 forwarding → 50 output
 //
-// Flows are declared with typed matches and actions and rendered in the exact OpenFlow 1.5 text
-// `ovs-ofctl dump-flows` prints back, so `diff-flows` against the bridge is empty when nothing
-// drifted. Every flow carries a cookie `round << 48 | category << 40 | object id`: the round tells
-// a restart's flows from the previous run's, the category and id name the node, peer or pod a
-// flow belongs to (the CNI plugin deletes a pod's flows by that cookie).
+// Flows are declared with typed matches and actions and rendered by src/render/ofctl.ts (which
+// checks every value against its field) in the exact OpenFlow 1.5 text `ovs-ofctl dump-flows`
+// prints back, so `diff-flows` against the bridge is empty when nothing drifted. Every flow
+// carries a cookie `round << 48 | category << 40 | object id`: the round tells a restart's flows
+// from the previous run's, the category and id name the node, peer or pod a flow belongs to (the
+// CNI plugin deletes a pod's flows by that cookie).
+import { renderFlow as renderOfFlow, type OfAction, type OfMatch, type OfValue, type SetField } from '../../render/ofctl.js';
 import { type IPAddr, type IPNet } from '../../util/ip.js';
 
 export const TABLES = { classifier: 0, spoofGuard: 10, arpResponder: 20, l3Forwarding: 30, l2Forwarding: 40, output: 50 } as const;
@@ -51,51 +53,51 @@ export function roundOf(cookie: bigint): number {
   return Number((cookie & ROUND_MASK) >> ROUND_SHIFT);
 }
 
-/** A match field in OpenFlow 1.5 text; the builders below are the only way to make one. */
-export type Match = string & { readonly __match: unique symbol };
-export type Action = string & { readonly __action: unique symbol };
-const match = (text: string) => text as Match;
-const action = (text: string) => text as Action;
-const hex = (n: number) => `0x${n.toString(16)}`;
+/** Matches and actions are data; src/render/ofctl.ts is the only place that turns them into text. */
+export type Match = OfMatch;
+export type Action = OfAction;
 
 export const M = {
-  ip: match('ip'),
-  arp: match('arp'),
-  arpRequest: match('arp_op=1'),
-  inPort: (ofport: number) => match(`in_port=${ofport}`),
-  tunnelId: (vni: number) => match(`tun_id=${hex(vni)}`),
-  source: (s: Source) => match(`reg0=${hex(s)}/0xf`),
-  portFound: match(`reg0=${hex(PORT_FOUND)}/${hex(PORT_FOUND)}`),
-  ethSrc: (mac: string) => match(`dl_src=${mac}`),
-  ethDst: (mac: string) => match(`dl_dst=${mac}`),
-  ipSrc: (ip: IPAddr) => match(`nw_src=${ip.toString()}`),
-  ipDst: (dst: IPAddr | IPNet) => match(`nw_dst=${dst.toString()}`),
-  arpSenderIP: (ip: IPAddr) => match(`arp_spa=${ip.toString()}`),
-  arpSenderMAC: (mac: string) => match(`arp_sha=${mac}`),
-  arpTargetIP: (ip: IPAddr) => match(`arp_tpa=${ip.toString()}`),
+  ip: { field: 'ip' } as Match,
+  arp: { field: 'arp' } as Match,
+  arpRequest: { field: 'arp_op', value: 1 } as Match,
+  inPort: (ofport: number): Match => ({ field: 'in_port', value: ofport }),
+  tunnelId: (vni: number): Match => ({ field: 'tun_id', value: vni }),
+  source: (s: Source): Match => ({ field: 'reg0', value: s, mask: 0xf }),
+  portFound: { field: 'reg0', value: PORT_FOUND, mask: PORT_FOUND } as Match,
+  ethSrc: (mac: string): Match => ({ field: 'dl_src', value: mac }),
+  ethDst: (mac: string): Match => ({ field: 'dl_dst', value: mac }),
+  ipSrc: (ip: IPAddr): Match => ({ field: 'nw_src', value: ip.toString() }),
+  ipDst: (dst: IPAddr | IPNet): Match => ({ field: 'nw_dst', value: dst.toString() }),
+  arpSenderIP: (ip: IPAddr): Match => ({ field: 'arp_spa', value: ip.toString() }),
+  arpSenderMAC: (mac: string): Match => ({ field: 'arp_sha', value: mac }),
+  arpTargetIP: (ip: IPAddr): Match => ({ field: 'arp_tpa', value: ip.toString() }),
 };
 
+const setField = (field: SetField, value: OfValue, mask?: number): Action =>
+  mask === undefined ? { type: 'set_field', field, value } : { type: 'set_field', field, value, mask };
+
 export const A = {
-  goto: (t: Table) => action(`goto_table:${TABLES[t]}`),
-  setSource: (s: Source) => action(`set_field:${hex(s)}/0xf->reg0`),
-  setOutPort: (ofport: number) => [action(`set_field:${hex(ofport)}->reg1`), action(`set_field:${hex(PORT_FOUND)}/${hex(PORT_FOUND)}->reg0`)],
-  setEthSrc: (mac: string) => action(`set_field:${mac}->eth_src`),
-  setEthDst: (mac: string) => action(`set_field:${mac}->eth_dst`),
-  setTunnel: (dst: IPAddr, vni: number) => [action(`set_field:${dst.toString()}->tun_dst`), action(`set_field:${hex(vni)}->tun_id`)],
-  decTtl: action('dec_ttl'),
-  outputToReg1: action('output:NXM_NX_REG1[]'),
-  normal: action('NORMAL'),
-  drop: action('drop'),
+  goto: (t: Table): Action => ({ type: 'goto_table', table: TABLES[t] }),
+  setSource: (s: Source) => setField('reg0', s, 0xf),
+  setOutPort: (ofport: number) => [setField('reg1', ofport), setField('reg0', PORT_FOUND, PORT_FOUND)],
+  setEthSrc: (mac: string) => setField('eth_src', mac),
+  setEthDst: (mac: string) => setField('eth_dst', mac),
+  setTunnel: (dst: IPAddr, vni: number) => [setField('tun_dst', dst.toString()), setField('tun_id', vni)],
+  decTtl: { type: 'dec_ttl' } as Action,
+  outputToReg1: { type: 'output_field', field: 'NXM_NX_REG1' } as Action,
+  normal: { type: 'normal' } as Action,
+  drop: { type: 'drop' } as Action,
   /** Turns an ARP request into the reply "`ip` is at `mac`" and sends it back where it came from. */
-  arpReply: (ip: IPAddr, mac: string) => [
-    action('move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[]'),
-    action(`set_field:${mac}->eth_src`),
-    action('set_field:2->arp_op'),
-    action('move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[]'),
-    action(`set_field:${mac}->arp_sha`),
-    action('move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[]'),
-    action(`set_field:${ip.toString()}->arp_spa`),
-    action('IN_PORT'),
+  arpReply: (ip: IPAddr, mac: string): Action[] => [
+    { type: 'move', src: 'NXM_OF_ETH_SRC', dst: 'NXM_OF_ETH_DST' },
+    setField('eth_src', mac),
+    setField('arp_op', 2),
+    { type: 'move', src: 'NXM_NX_ARP_SHA', dst: 'NXM_NX_ARP_THA' },
+    setField('arp_sha', mac),
+    { type: 'move', src: 'NXM_OF_ARP_SPA', dst: 'NXM_OF_ARP_TPA' },
+    setField('arp_spa', ip.toString()),
+    { type: 'in_port' },
   ],
 };
 
@@ -107,9 +109,9 @@ export interface Flow {
   readonly cookie: bigint;
 }
 
+/** The flow as ovs-ofctl reads it; throws UnsafeValueError (src/render/word.ts) for a value that does not fit its field. */
 export function renderFlow(f: Flow): string {
-  const fields = [`cookie=0x${f.cookie.toString(16)}`, `table=${TABLES[f.table]}`, `priority=${f.priority}`, ...f.match];
-  return `${fields.join(',')},actions=${f.actions.join(',')}`;
+  return renderOfFlow({ cookie: f.cookie, table: TABLES[f.table], priority: f.priority, match: f.match, actions: f.actions });
 }
 
 /** One flow per line, in a stable order (table, then priority high to low, then text). */

@@ -6,7 +6,7 @@
 import { type IPAddr } from '../../util/ip.js';
 import { withFileLock } from '../../util/flock.js';
 import type { OvsClient } from '../../ovs/cli.js';
-import { flowLockPath, parseRound, POD_IDS, ROUND_KEY } from './bridge.js';
+import { flowLockPath, MAX_OFPORT, parseRound, podIdsProblem, portNameProblem, POD_IDS, ROUND_KEY } from './bridge.js';
 import { Category, cookieOf, macFromIP, OBJECT_MASK, podFlows, renderFlows } from './pipeline.js';
 
 export interface PodPortSpec {
@@ -39,6 +39,18 @@ function lockOf<T>(ovs: OvsClient, bridge: string, fn: () => Promise<T>): Promis
 /** Adds the port (idempotent: an existing port of the same name is updated) and its flows; returns the ofport. */
 export function attachPodPort(ovs: OvsClient, spec: PodPortSpec): Promise<number> {
   const { bridge, hostIface } = spec;
+  // What is written here is read back by every daemon pass; refuse now what a pass would skip.
+  const nameProblem = portNameProblem(hostIface);
+  if (nameProblem !== null) return Promise.reject(new PodPortError(`cannot attach ${JSON.stringify(hostIface)}: the interface name ${nameProblem}`));
+  const problem = podIdsProblem({
+    containerId: spec.containerId,
+    ifName: spec.ifName,
+    ip: spec.ip.toString(),
+    mac: spec.mac.toLowerCase(),
+    podName: spec.podName || undefined,
+    podNamespace: spec.podNamespace || undefined,
+  });
+  if (problem !== null) return Promise.reject(new PodPortError(`cannot attach ${hostIface}: ${problem}`));
   const ids: Array<[string, string]> = [
     [POD_IDS.containerId, spec.containerId],
     [POD_IDS.ifName, spec.ifName],
@@ -57,7 +69,7 @@ export function attachPodPort(ovs: OvsClient, spec: PodPortSpec): Promise<number
       await ovs.vsctl(['get', 'interface', hostIface, 'ofport', '--', '--if-exists', 'get', 'bridge', bridge, `external_ids:${ROUND_KEY}`])
     ).split('\n');
     const ofport = Number(ofportText.trim());
-    if (!Number.isInteger(ofport) || ofport <= 0) {
+    if (!Number.isInteger(ofport) || ofport <= 0 || ofport > MAX_OFPORT) {
       throw new PodPortError(`Open vSwitch did not attach ${hostIface} to ${bridge} (ofport ${ofportText.trim() || 'unset'})`);
     }
     const round = parseRound(roundText) ?? 1;
@@ -79,12 +91,18 @@ export function detachPodPort(ovs: OvsClient, bridge: string, pod: { containerId
   });
 }
 
-/** The interface rows OVS holds for one pod attachment (normally one). */
+/**
+ * The interface rows OVS holds for one pod attachment (normally one). A row whose name is no
+ * interface name is left out (it cannot be passed to ovs-vsctl safely); an ofport that is no
+ * switch port reads as -1 (no flows to delete by it).
+ */
 export async function findPodInterfaces(ovs: OvsClient, pod: { containerId: string; ifName: string }): Promise<Array<{ name: string; ofport: number }>> {
   const out = await ovs.vsctl([
     '--format=json', '--columns=name,ofport', 'find', 'interface',
     `external_ids:${POD_IDS.containerId}=${quote(pod.containerId)}`, `external_ids:${POD_IDS.ifName}=${quote(pod.ifName)}`,
   ]);
-  const data = (JSON.parse(out) as { data: Array<[string, number | ['set', unknown[]]]> }).data;
-  return data.map(([name, ofport]) => ({ name, ofport: typeof ofport === 'number' ? ofport : -1 }));
+  const data = (JSON.parse(out) as { data: Array<[unknown, unknown]> }).data;
+  return data
+    .filter((row): row is [string, unknown] => typeof row[0] === 'string' && portNameProblem(row[0]) === null)
+    .map(([name, ofport]) => ({ name, ofport: typeof ofport === 'number' && Number.isInteger(ofport) && ofport > 0 && ofport <= MAX_OFPORT ? ofport : -1 }));
 }

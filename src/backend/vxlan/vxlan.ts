@@ -3,13 +3,14 @@
 // route, applied as a diff on start, after every event batch and on the reconcile timer.
 import { IPAddr, IPNet } from '../../util/ip.js';
 import { vtepMacOfData, type JsonValue, type Lease, type LeaseAttrs } from '../../subnet/lease.js';
+import type { PeerProblem } from '../../subnet/peer-gate.js';
+import { vniProblem } from '../peer-data.js';
 import { Netlink } from '../../netlink/index.js';
-import type { Backend, BackendContext } from '../backend.js';
+import type { Backend, BackendContext, BackendPass } from '../backend.js';
 import type { DesiredState, NeighSpec, FdbSpec, RouteSpec } from '../kernel/diff.js';
 import { program, type ProgramScope } from '../kernel/programmer.js';
 import { VXLAN_OVERHEAD } from '../mtu.js';
 import { BackendOptions } from '../options.js';
-import { PeerFilter } from '../peers.js';
 import { SerialQueue } from '../serial.js';
 import {
   disableAcceptRa,
@@ -66,7 +67,6 @@ export class VxlanBackend implements Backend {
   private readonly nl: Netlink;
   private readonly devices: FamilyDevice[] = [];
   private readonly serial = new SerialQueue();
-  private readonly filter: PeerFilter;
   private lease: Lease | null = null;
   private peers: readonly Lease[] = [];
   private linkWatch: { close(): void } | null = null;
@@ -79,7 +79,6 @@ export class VxlanBackend implements Backend {
     netlink?: Netlink,
   ) {
     this.nl = netlink ?? Netlink.open();
-    this.filter = new PeerFilter(ctx.logger);
   }
 
   private get families(): Array<4 | 6> {
@@ -118,6 +117,18 @@ export class VxlanBackend implements Backend {
     return { attrs, mtu: Math.min(...this.families.map((f) => this.deviceMtu(f))) };
   }
 
+  peerProblem(peer: Lease): PeerProblem | null {
+    if (peer.attrs.backendType !== 'vxlan') return { reason: 'backend-type', detail: `backend type "${peer.attrs.backendType ?? ''}" is not vxlan` };
+    for (const dev of this.devices) {
+      const p = familyOf(peer, dev.family);
+      if (!p.subnet) continue;
+      const vni = vniProblem(p.data, this.opts.vni);
+      if (vni) return vni;
+      if (!vtepMacOfData(p.data)) return { reason: 'backend-data', detail: `no valid VtepMAC (unicast, not zero) in its IPv${dev.family} backend data` };
+    }
+    return null;
+  }
+
   async start(lease: Lease): Promise<void> {
     this.lease = lease;
     await this.serial.run(() => this.ensureAddresses());
@@ -132,11 +143,11 @@ export class VxlanBackend implements Backend {
     });
   }
 
-  async apply(_batch: unknown, peers: readonly Lease[]): Promise<void> {
-    await this.reconcile(peers);
+  apply(_batch: unknown, peers: readonly Lease[]): Promise<BackendPass> {
+    return this.reconcile(peers);
   }
 
-  reconcile(peers: readonly Lease[]): Promise<void> {
+  reconcile(peers: readonly Lease[]): Promise<BackendPass> {
     this.peers = peers;
     return this.serial.run(async () => {
       let deviceRepairs = 0;
@@ -150,6 +161,7 @@ export class VxlanBackend implements Backend {
       this.nexthops ??= await this.nl.supportsNexthops();
       const result = await program(this.nl, this.scope(this.nexthops), desired, this.ctx.logger);
       this.ctx.metrics?.recordProgramming(programmed, result.repairs, deviceRepairs);
+      return { failures: result.failures };
     });
   }
 
@@ -210,7 +222,6 @@ export class VxlanBackend implements Backend {
 
   /** Neighbours, FDB entries and routes for every peer this backend can program. */
   private async desiredState(peers: readonly Lease[]): Promise<{ desired: DesiredState; programmed: number }> {
-    this.filter.retain(peers);
     const routes: RouteSpec[] = [];
     const neighbours: NeighSpec[] = [];
     const fdb: FdbSpec[] = [];
@@ -218,19 +229,13 @@ export class VxlanBackend implements Backend {
     const ext = this.ctx.extIface.index;
     let programmed = 0;
     for (const peer of peers) {
-      if (peer.attrs.backendType !== 'vxlan') {
-        this.filter.skip(peer, `backend type "${peer.attrs.backendType ?? ''}" is not vxlan`);
-        continue;
-      }
+      if (this.peerProblem(peer)) continue;
       let any = false;
       for (const dev of this.devices) {
         const p = familyOf(peer, dev.family);
         if (!p.subnet || !p.publicIP || p.publicIP.isUnspecified()) continue;
         const mac = vtepMacOfData(p.data);
-        if (!mac) {
-          this.filter.skip(peer, `no valid VtepMAC in its IPv${dev.family} backend data`);
-          continue;
-        }
+        if (!mac) continue;
         if (direct.some((n) => n.contains(p.publicIP!))) {
           routes.push({ dst: p.subnet, gateway: p.publicIP, oif: ext, onlink: false });
         } else {

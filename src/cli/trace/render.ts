@@ -1,4 +1,6 @@
 // The text form of a trace: a header, one line per hop (status, hop, evidence), the verdict, notes.
+// Each line is escaped for the terminal: hops quote leases, names and rules read from the node.
+import { terminalText } from '../../render/terminal.js';
 import type { HopStatus, TraceReport } from './types.js';
 
 const LABEL: Record<HopStatus, string> = {
@@ -22,5 +24,5 @@ export function renderTrace(r: TraceReport): string {
   for (const h of r.hops) lines.push(`  ${LABEL[h.status].padEnd(11)} ${h.kind.padEnd(10)} ${h.summary}`);
   lines.push(`result: ${r.verdict}${r.problems.length > 0 ? ` (${r.problems.length} broken hop${r.problems.length > 1 ? 's' : ''})` : ''}`);
   for (const n of r.notes) lines.push(`note: ${n}`);
-  return `${lines.join('\n')}\n`;
+  return `${lines.map(terminalText).join('\n')}\n`;
 }

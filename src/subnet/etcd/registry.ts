@@ -277,7 +277,7 @@ export class EtcdRegistry implements Registry {
     try {
       const attrs = decodeLeaseAttrs(value);
       const reservation = kv.lease === '0';
-      const lease: Lease = { ...sub, attrs, reservation, expiration: null };
+      const lease: Lease = { ...sub, attrs, reservation, expiration: null, ...(/^\d+$/.test(kv.create_revision) ? { claimedAt: BigInt(kv.create_revision) } : {}) };
       return { lease, key, modRevision: kv.mod_revision, etcdLease: kv.lease, revision };
     } catch (e) {
       this.reportOnce(key, value, e);

@@ -312,9 +312,15 @@ export class KubeSubnetManager implements SubnetManager {
  * Every node's lease as last seen, turning list results into snapshots and watch events into
  * lease events. A managed node whose annotations stop parsing keeps its last good lease (a typo
  * must not tear down its tunnels) and is warned about once per reason.
+ *
+ * Two Nodes may carry the same podCIDR(s) (a misconfiguration, or a Node created to take over
+ * another's traffic). Only the older claim (creation time, then name) becomes a lease; the other
+ * is logged once and takes over only when the older one goes away.
  */
 export class NodeLeases {
   private readonly known = new Map<string, Lease>();
+  /** lease id → the nodes claiming it. */
+  private readonly claims = new Map<string, Set<string>>();
   /** node → the reason last warned about, so each bad state is logged once. */
   private readonly warned = new Map<string, string>();
 
@@ -336,26 +342,82 @@ export class NodeLeases {
       seen.add(name);
       this.update(node);
     }
-    for (const name of [...this.known.keys()]) if (!seen.has(name)) this.known.delete(name);
+    for (const name of [...this.known.keys()]) if (!seen.has(name)) this.forget(name);
     for (const name of [...this.warned.keys()]) if (!seen.has(name)) this.warned.delete(name);
-    return [...this.known.values()];
+    return [...this.claims.keys()].map((id) => this.visible(id)).filter((l): l is Lease => l !== null);
   }
 
   apply(type: 'ADDED' | 'MODIFIED' | 'DELETED', node: KubeNode): RawLeaseEvent[] {
     const name = node.metadata.name;
     const prev = this.known.get(name);
+    const ids = new Set(prev ? [leaseId(prev)] : []);
+    const before = new Map([...ids].map((id) => [id, this.visible(id)]));
     if (type === 'DELETED') {
-      this.known.delete(name);
+      this.forget(name);
       this.warned.delete(name);
-      return prev ? [{ type: 'removed', lease: prev }] : [];
+    } else {
+      const next = this.update(node);
+      if (next) {
+        const id = leaseId(next);
+        if (!before.has(id)) before.set(id, this.visibleWithout(id, name));
+        ids.add(id);
+      }
     }
-    const next = this.update(node);
-    if (!next) return prev ? [{ type: 'removed', lease: prev }] : [];
-    if (!prev) return [{ type: 'added', lease: next }];
-    if (!leaseChanged(prev, next)) return [];
+    const added: RawLeaseEvent[] = [];
+    const removed: RawLeaseEvent[] = [];
+    for (const id of ids) {
+      const was = before.get(id) ?? null;
+      const now = this.visible(id);
+      if (now && (!was || leaseChanged(was, now))) added.push({ type: 'added', lease: now });
+      else if (!now && was) removed.push({ type: 'removed', lease: was });
+    }
     // A new podCIDR is a new lease identity: the old one goes first.
-    if (leaseId(prev) !== leaseId(next)) return [{ type: 'removed', lease: prev }, { type: 'added', lease: next }];
-    return [{ type: 'added', lease: next }];
+    return [...removed, ...added];
+  }
+
+  /** The lease of the oldest node claiming `id`, or null. */
+  private visible(id: string): Lease | null {
+    return this.visibleWithout(id, null);
+  }
+
+  private visibleWithout(id: string, skip: string | null): Lease | null {
+    let best: { name: string; lease: Lease } | null = null;
+    for (const name of this.claims.get(id) ?? []) {
+      if (name === skip) continue;
+      const lease = this.known.get(name);
+      if (lease && (!best || olderClaim(name, lease, best.name, best.lease))) best = { name, lease };
+    }
+    return best?.lease ?? null;
+  }
+
+  /** Records a node's lease; true when an older Node's claim on the same podCIDR shadows it. */
+  private remember(name: string, lease: Lease): boolean {
+    this.forget(name);
+    this.known.set(name, lease);
+    const id = leaseId(lease);
+    let set = this.claims.get(id);
+    if (!set) this.claims.set(id, (set = new Set()));
+    set.add(name);
+    if (set.size === 1) return false;
+    const winner = [...set].find((n) => this.known.get(n) === this.visible(id));
+    for (const n of set) {
+      if (n === winner) continue;
+      const why = `its podCIDR is the older Node "${winner ?? '?'}"'s`;
+      if (this.warned.get(n) === why) continue;
+      this.warned.set(n, why);
+      this.log.warn('node ignored: another Node claims the same podCIDR', { node: n, reason: why });
+    }
+    return name !== winner;
+  }
+
+  private forget(name: string): void {
+    const prev = this.known.get(name);
+    if (!prev) return;
+    this.known.delete(name);
+    const id = leaseId(prev);
+    const set = this.claims.get(id);
+    set?.delete(name);
+    if (set?.size === 0) this.claims.delete(id);
   }
 
   /** Records the node's lease; returns it, or null when the node is (no longer) a peer. */
@@ -363,12 +425,11 @@ export class NodeLeases {
     const name = node.metadata.name;
     const result = nodeToLease(node, this.names, this.config);
     if ('lease' in result) {
-      this.known.set(name, result.lease);
-      this.warned.delete(name);
+      if (!this.remember(name, result.lease)) this.warned.delete(name);
       return result.lease;
     }
     if (!result.managed) {
-      this.known.delete(name);
+      this.forget(name);
       this.warned.delete(name);
       return null;
     }
@@ -382,4 +443,10 @@ export class NodeLeases {
     }
     return prev;
   }
+}
+
+/** Of two Nodes claiming one podCIDR the one created first wins; ties go to the smaller name. */
+function olderClaim(a: string, la: Lease, b: string, lb: Lease): boolean {
+  if (la.claimedAt !== undefined && lb.claimedAt !== undefined && la.claimedAt !== lb.claimedAt) return la.claimedAt < lb.claimedAt;
+  return a < b;
 }

@@ -160,7 +160,9 @@ export function nodeToLease(node: KubeNode, names: AnnotationNames, config: Fami
     if (backendType !== '') attrs.backendType = backendType;
     if (backendData !== undefined) attrs.backendData = backendData;
     if (backendV6Data !== undefined) attrs.backendV6Data = backendV6Data;
-    return { lease: { subnet, ipv6Subnet, attrs, reservation: false, expiration: null } };
+    const created = Date.parse(node.metadata.creationTimestamp ?? '');
+    const claimedAt = Number.isFinite(created) ? { claimedAt: BigInt(created) } : {};
+    return { lease: { subnet, ipv6Subnet, attrs, reservation: false, expiration: null, ...claimedAt } };
   } catch (e) {
     if (e instanceof AnnotationValueError || e instanceof PodCIDRError) return { skip: e.message, managed: true };
     throw e;

@@ -6,6 +6,7 @@ export interface KubeNode {
   readonly metadata: {
     readonly name: string;
     readonly resourceVersion?: string;
+    readonly creationTimestamp?: string | null;
     readonly annotations?: Readonly<Record<string, string>>;
   };
   readonly spec?: {
