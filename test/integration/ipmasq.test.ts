@@ -157,7 +157,10 @@ describe('ipmasq: masquerade and forward rules in host namespaces', function () 
     await h.startWeftd();
     const { v4, v6 } = subnets(h);
     const nftList = (fam: string, name: string) => nsExec(h.ns, 'nft', 'list', 'table', fam, name).catch(() => '');
-    await waitFor(async () => (await nftList('ip6', 'flannel-ipv6')) === expectedNft(6, 'fd08::/48', v6), { what: 'nft rules' });
+    // The first pass writes each family's nft table and then cleans that family's iptables: the
+    // pass is over when it has been counted.
+    await waitFor(async () => (await h.metric('weft_ipmasq_checks_total', 0)) >= 1, { what: 'the first rule pass' });
+    assert.equal(await nftList('ip6', 'flannel-ipv6'), expectedNft(6, 'fd08::/48', v6));
     assert.equal(await nftList('ip', 'flannel-ipv4'), expectedNft(4, '10.8.0.0/16', v4));
     for (const f of [4, 6] as const) for (const t of ['nat', 'filter'] as const) assert.deepEqual(await flannelRules(h, f, t), [], `ipv${f} ${t} cleaned`);
     await waitFor(() => h.ping(ETCD_IP), { what: 'masquerade through nftables' });
