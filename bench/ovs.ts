@@ -379,7 +379,7 @@ class Inner {
       const weft = async () => {
         const batch: LeaseEvent[] = this.leases.map((lease) => ({ type: 'added', lease }));
         const t0 = performance.now();
-        await backend.apply(batch, this.leases);
+        await backend.apply(batch);
         const t1 = performance.now();
         const flowsA = await this.checkFlows(BRIDGE, textA, '(a) weft');
         await this.checkWeftRoutes(this.leases, '(a) weft');
@@ -387,7 +387,7 @@ class Inner {
         if (saved !== round) throw new BenchCheckError('(a) round saved on the bridge', saved, round);
 
         const t2 = performance.now();
-        await backend.apply([{ type: 'added', lease: this.extra }], all);
+        await backend.apply([{ type: 'added', lease: this.extra }]);
         const t3 = performance.now();
         const flowsB = await this.checkFlows(BRIDGE, textB, '(b) weft');
         await this.checkWeftRoutes(all, '(b) weft');

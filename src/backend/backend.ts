@@ -65,11 +65,15 @@ export interface Backend {
   /** Runs after every acquisition of our lease (the subnet can change on re-acquire). */
   start(lease: Lease): Promise<void>;
   /**
-   * Applies a batch of peer changes. `peers` is the whole current peer set, so a backend that
-   * works from desired state can ignore the batch and converge on the set.
+   * Applies a batch of peer changes as a delta: the cost is the size of the batch, not of the
+   * cluster (the backend keeps its own model of the peers and of what it programmed). The first
+   * batch after start converges everything.
    */
-  apply(batch: readonly LeaseEvent[], peers: readonly Lease[]): Promise<BackendPass>;
-  /** Periodic drift repair from the whole peer set. */
+  apply(batch: readonly LeaseEvent[]): Promise<BackendPass>;
+  /**
+   * The full comparison from the whole peer set: the safety net, run on the timer and after a
+   * pass that left the model uncertain (refused operations).
+   */
   reconcile(peers: readonly Lease[]): Promise<BackendPass>;
   /** Stops background work; leaves every kernel object in place. */
   close(): Promise<void>;

@@ -221,7 +221,7 @@ export class Daemon {
       if (!batch) return;
       const end = metrics.programmingDuration.startTimer();
       try {
-        this.passDone('apply', await backend.apply(batch, peers.accepted));
+        this.passDone('apply', await backend.apply(batch));
         for (const ev of batch) metrics.eventsApplied.inc({ type: ev.type });
         metrics.batchesApplied.inc();
         log.debug('applied lease events', { events: batch.length });

@@ -1,7 +1,8 @@
 // flannel's host-gw backend: one route per peer subnet via the peer's public IP on the external
 // interface. Needs L2 adjacency, so it refuses a public IP that is not the interface's own (NAT).
 import { IPAddr, type IPNet } from '../../util/ip.js';
-import type { Lease } from '../../subnet/lease.js';
+import type { Lease, LeaseEvent } from '../../subnet/lease.js';
+import { PeerSet } from '../peer-set.js';
 import type { PeerProblem } from '../../subnet/peer-gate.js';
 import { Netlink } from '../../netlink/index.js';
 import type { Backend, BackendContext, BackendPass, Prepared } from '../backend.js';
@@ -23,6 +24,7 @@ export class HostGwBackend implements Backend {
   readonly type = 'host-gw';
   private readonly nl: Netlink;
   private readonly serial = new SerialQueue();
+  private readonly peers = new PeerSet();
 
   constructor(
     private readonly ctx: BackendContext,
@@ -56,8 +58,9 @@ export class HostGwBackend implements Backend {
 
   async start(): Promise<void> {}
 
-  apply(_batch: unknown, peers: readonly Lease[]): Promise<BackendPass> {
-    return this.reconcile(peers);
+  apply(batch: readonly LeaseEvent[]): Promise<BackendPass> {
+    this.peers.apply(batch);
+    return this.reconcile([...this.peers.values()]);
   }
 
   reconcile(peers: readonly Lease[]): Promise<BackendPass> {

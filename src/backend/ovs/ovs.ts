@@ -12,7 +12,8 @@ import { writeFile } from 'node:fs/promises';
 
 import { IPAddr, type IPNet } from '../../util/ip.js';
 import { VXLAN_OVERHEAD } from '../mtu.js';
-import type { JsonValue, Lease, LeaseAttrs } from '../../subnet/lease.js';
+import type { JsonValue, Lease, LeaseAttrs, LeaseEvent } from '../../subnet/lease.js';
+import { PeerSet } from '../peer-set.js';
 import type { PeerProblem } from '../../subnet/peer-gate.js';
 import { vniProblem } from '../peer-data.js';
 import { withFileLock } from '../../util/flock.js';
@@ -70,6 +71,7 @@ export class OvsBackend implements Backend {
   private ports: { tunnel: number; gateway: number } | null = null;
   private round = 0;
   private converged = false;
+  private readonly peerSet = new PeerSet();
   /** Pod ports whose OVSDB values are unusable get no flows and one warning each. */
   private readonly podPorts: PodPortFilter;
 
@@ -128,8 +130,9 @@ export class OvsBackend implements Backend {
   }
 
   /** Lease events: the table changes because the peers did. */
-  apply(_batch: unknown, peers: readonly Lease[]): Promise<BackendPass> {
-    return this.pass(peers, 'apply');
+  apply(batch: readonly LeaseEvent[]): Promise<BackendPass> {
+    this.peerSet.apply(batch);
+    return this.pass([...this.peerSet.values()], 'apply');
   }
 
   /** The timer: any difference now is drift. */

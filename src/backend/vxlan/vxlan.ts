@@ -2,7 +2,8 @@
 // subnet address → peer VTEP MAC), one FDB entry (peer VTEP MAC → peer public IP) and one onlink
 // route, applied as a diff on start, after every event batch and on the reconcile timer.
 import { IPAddr, IPNet } from '../../util/ip.js';
-import { vtepMacOfData, type JsonValue, type Lease, type LeaseAttrs } from '../../subnet/lease.js';
+import { vtepMacOfData, type JsonValue, type Lease, type LeaseAttrs, type LeaseEvent } from '../../subnet/lease.js';
+import { PeerSet } from '../peer-set.js';
 import type { PeerProblem } from '../../subnet/peer-gate.js';
 import { vniProblem } from '../peer-data.js';
 import { Netlink } from '../../netlink/index.js';
@@ -69,6 +70,7 @@ export class VxlanBackend implements Backend {
   private readonly serial = new SerialQueue();
   private lease: Lease | null = null;
   private peers: readonly Lease[] = [];
+  private readonly peerSet = new PeerSet();
   private linkWatch: { close(): void } | null = null;
   /** Whether the kernel has nexthop objects (5.3+); probed on the first pass. */
   private nexthops: boolean | null = null;
@@ -143,8 +145,9 @@ export class VxlanBackend implements Backend {
     });
   }
 
-  apply(_batch: unknown, peers: readonly Lease[]): Promise<BackendPass> {
-    return this.reconcile(peers);
+  apply(batch: readonly LeaseEvent[]): Promise<BackendPass> {
+    this.peerSet.apply(batch);
+    return this.reconcile([...this.peerSet.values()]);
   }
 
   reconcile(peers: readonly Lease[]): Promise<BackendPass> {
