@@ -1,13 +1,17 @@
 // flannel's host-gw backend: one route per peer subnet via the peer's public IP on the external
-// interface. Needs L2 adjacency, so it refuses a public IP that is not the interface's own (NAT).
+// interface (through a weft nexthop object per peer where the kernel has them: several times
+// cheaper to insert than a gateway per route). Needs L2 adjacency, so it refuses a public IP that
+// is not the interface's own (NAT). Events apply deltas; the full diff is the timer's.
 import { IPAddr, type IPNet } from '../../util/ip.js';
-import type { Lease, LeaseEvent } from '../../subnet/lease.js';
+import { leaseId, type Lease, type LeaseEvent } from '../../subnet/lease.js';
 import { PeerSet } from '../peer-set.js';
 import type { PeerProblem } from '../../subnet/peer-gate.js';
 import { Netlink } from '../../netlink/index.js';
 import type { Backend, BackendContext, BackendPass, Prepared } from '../backend.js';
 import type { RouteSpec } from '../kernel/diff.js';
-import { program } from '../kernel/programmer.js';
+import { KernelDataplane } from '../kernel/dataplane.js';
+import type { PeerEntries } from '../kernel/model.js';
+import type { ProgramScope } from '../kernel/programmer.js';
 import { SerialQueue } from '../serial.js';
 
 export class HostGwNatError extends Error {
@@ -25,6 +29,9 @@ export class HostGwBackend implements Backend {
   private readonly nl: Netlink;
   private readonly serial = new SerialQueue();
   private readonly peers = new PeerSet();
+  private readonly dataplane: KernelDataplane;
+  /** Whether the kernel has nexthop objects (5.3+); probed on the first pass. */
+  private nexthops: boolean | null = null;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -38,6 +45,7 @@ export class HostGwBackend implements Backend {
       throw new HostGwNatError(6, extIface.extV6Addr, extIface.ifaceV6Addr);
     }
     this.nl = netlink ?? Netlink.open();
+    this.dataplane = new KernelDataplane(this.nl, ctx.logger);
   }
 
   prepare(): Promise<Prepared> {
@@ -58,20 +66,45 @@ export class HostGwBackend implements Backend {
 
   async start(): Promise<void> {}
 
+  /** Only the batch's peers: their old routes out, their new ones in. */
   apply(batch: readonly LeaseEvent[]): Promise<BackendPass> {
-    this.peers.apply(batch);
-    return this.reconcile([...this.peers.values()]);
+    const changes = this.peers.apply(batch);
+    return this.serial.run(async () => {
+      const pass = await this.dataplane.delta(
+        await this.scope(),
+        changes.map((c) => ({ id: c.id, entries: c.after ? this.entriesOf(c.after) : null })),
+        () => this.allEntries(),
+      );
+      this.ctx.metrics?.recordProgramming(this.dataplane.peerCount, pass.repairs, 0);
+      return { failures: pass.failures };
+    });
   }
 
+  /** The timer's full comparison. */
   reconcile(peers: readonly Lease[]): Promise<BackendPass> {
+    this.peers.reset(peers);
     return this.serial.run(async () => {
-      const { routes, programmed } = this.desiredRoutes(peers);
-      const { config } = this.ctx;
-      const networks = [config.network, config.ipv6Network].filter((n): n is IPNet => n !== null);
-      const result = await program(this.nl, { networks, l2Devices: [], useNexthops: false }, { routes, neighbours: [], fdb: [] }, this.ctx.logger);
-      this.ctx.metrics?.recordProgramming(programmed, result.repairs, 0);
-      return { failures: result.failures };
+      const pass = await this.dataplane.full(await this.scope(), this.allEntries());
+      this.ctx.metrics?.recordProgramming(this.dataplane.peerCount, pass.repairs, 0);
+      return { failures: pass.failures };
     });
+  }
+
+  /** Routes via peers on the external interface go through weft's nexthop objects where the kernel has them. */
+  private async scope(): Promise<ProgramScope> {
+    this.nexthops ??= await this.nl.supportsNexthops();
+    const { config, extIface } = this.ctx;
+    const networks = [config.network, config.ipv6Network].filter((n): n is IPNet => n !== null);
+    return { networks, l2Devices: [], useNexthops: this.nexthops, nexthopDevices: [extIface.index] };
+  }
+
+  private allEntries(): Map<string, PeerEntries> {
+    const out = new Map<string, PeerEntries>();
+    for (const peer of this.peers.values()) {
+      const e = this.entriesOf(peer);
+      if (e) out.set(leaseId(peer), e);
+    }
+    return out;
   }
 
   async close(): Promise<void> {
@@ -79,24 +112,18 @@ export class HostGwBackend implements Backend {
     this.nl.close();
   }
 
-  private desiredRoutes(peers: readonly Lease[]): { routes: RouteSpec[]; programmed: number } {
+  /** One peer's routes (one per family it has); null when it has nothing to program. */
+  private entriesOf(peer: Lease): PeerEntries | null {
+    if (this.peerProblem(peer)) return null;
     const { config, extIface } = this.ctx;
     const routes: RouteSpec[] = [];
-    let programmed = 0;
-    for (const peer of peers) {
-      if (this.peerProblem(peer)) continue;
-      let any = false;
-      if (config.enableIPv4 && peer.subnet && !peer.attrs.publicIP.isUnspecified()) {
-        routes.push({ dst: peer.subnet, gateway: peer.attrs.publicIP, oif: extIface.index, onlink: false });
-        any = true;
-      }
-      if (config.enableIPv6 && peer.ipv6Subnet && peer.attrs.publicIPv6) {
-        routes.push({ dst: peer.ipv6Subnet, gateway: peer.attrs.publicIPv6, oif: extIface.index, onlink: false });
-        any = true;
-      }
-      if (any) programmed++;
+    if (config.enableIPv4 && peer.subnet && !peer.attrs.publicIP.isUnspecified()) {
+      routes.push({ dst: peer.subnet, gateway: peer.attrs.publicIP, oif: extIface.index, onlink: false });
     }
-    return { routes, programmed };
+    if (config.enableIPv6 && peer.ipv6Subnet && peer.attrs.publicIPv6) {
+      routes.push({ dst: peer.ipv6Subnet, gateway: peer.attrs.publicIPv6, oif: extIface.index, onlink: false });
+    }
+    return routes.length > 0 ? { routes, neighbours: [], fdb: [] } : null;
   }
 }
 

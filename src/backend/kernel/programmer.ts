@@ -6,6 +6,7 @@ import type { IPNet } from '../../util/ip.js';
 import type { Logger } from '../../util/log.js';
 import { WEFT_ROUTE_PROTOCOL, MAIN_TABLE, type Netlink, type NetlinkOp } from '../../netlink/index.js';
 import { diffState, type ActualState, type DesiredState, type KernelOp, type NexthopSpec, type Repairs, type RouteSpec } from './diff.js';
+import { NEXTHOP_ID_BASE } from './model.js';
 
 export interface ProgramScope {
   /** The cluster networks (one per enabled family): only routes inside them are weft's. */
@@ -13,11 +14,19 @@ export interface ProgramScope {
   /** Devices whose permanent neighbours, FDB entries and nexthops weft owns, with their family. */
   readonly l2Devices: ReadonlyArray<{ readonly index: number; readonly family: 4 | 6 }>;
   /**
-   * Route onlink routes on those devices through nexthop objects: the kernel inserts them several
-   * times faster than routes with a gateway each (measured with `ip -batch`, 10 000 routes on one
-   * vxlan device: 1.36 s with a gateway per route, 0.23 s for nexthops plus routes; kernel ≥ 5.3).
+   * Route gateway routes through nexthop objects: the kernel inserts them several times faster
+   * than routes with a gateway each (measured with `ip -batch`, 10 000 routes on one vxlan device:
+   * 1.36 s with a gateway per route, 0.23 s for nexthops plus routes; kernel ≥ 5.3).
    */
   readonly useNexthops: boolean;
+  /** The devices whose gateway routes use nexthops (and whose weft-protocol nexthops are weft's); default the L2 devices. */
+  readonly nexthopDevices?: readonly number[];
+}
+
+/** The devices whose gateway routes go through nexthop objects (none without nexthop support). */
+export function nexthopDevicesOf(scope: ProgramScope): Set<number> {
+  if (!scope.useNexthops) return new Set();
+  return new Set(scope.nexthopDevices ?? scope.l2Devices.map((d) => d.index));
 }
 
 export interface ProgramResult {
@@ -26,13 +35,19 @@ export interface ProgramResult {
   readonly failures: number;
 }
 
+/** A full pass's result, with what the kernel now holds as desired (nexthop ids filled in). */
+export interface FullPassResult extends ProgramResult {
+  readonly want: DesiredState & { readonly nexthops: readonly NexthopSpec[] };
+  /** Every nexthop id the kernel had, ours and others'. */
+  readonly takenIds: ReadonlySet<number>;
+}
+
 const ZERO_MAC = '00:00:00:00:00:00';
-/** Nexthop ids weft allocates start here, away from the small ids other tools pick by hand. */
-const NEXTHOP_ID_BASE = 0x57000000;
 
 export async function readActual(nl: Netlink, scope: ProgramScope): Promise<ActualState & { allNexthopIds: Set<number> }> {
   const families = [...new Set(scope.networks.map((n) => n.family))];
   const devices = new Set(scope.l2Devices.map((d) => d.index));
+  const nhDevices = nexthopDevicesOf(scope);
   const [routeLists, neighLists, fdbLists, nexthops] = await Promise.all([
     Promise.all(families.map((family) => nl.routes({ family, protocol: WEFT_ROUTE_PROTOCOL, table: MAIN_TABLE }))),
     Promise.all(scope.l2Devices.map((d) => nl.neighbours(d.index, d.family))),
@@ -52,28 +67,28 @@ export async function readActual(nl: Netlink, scope: ProgramScope): Promise<Actu
     .filter((f) => f.self && f.permanent && f.dst !== null && f.mac !== ZERO_MAC)
     .map((f) => ({ ifindex: f.ifindex, mac: f.mac, dst: f.dst! }));
   const owned = nexthops
-    .filter((n) => n.protocol === WEFT_ROUTE_PROTOCOL && n.oif !== null && devices.has(n.oif) && n.gateway !== null)
+    .filter((n) => n.protocol === WEFT_ROUTE_PROTOCOL && n.oif !== null && nhDevices.has(n.oif) && n.gateway !== null)
     .map((n) => ({ id: n.id, gateway: n.gateway!, oif: n.oif!, onlink: n.onlink }));
   return { routes, neighbours, fdb, nexthops: owned, allNexthopIds: new Set(nexthops.map((n) => n.id)) };
 }
 
 /**
- * Gives every onlink route on a weft device a nexthop object: an existing one of ours with the
- * same next hop is adopted (stable ids across restarts), else a free id is taken.
+ * Gives every gateway route on a nexthop device a nexthop object: an existing one of ours with
+ * the same next hop is adopted (stable ids across restarts), else a free id is taken.
  */
 function withNexthops(
   desired: DesiredState,
   actual: ActualState & { allNexthopIds: Set<number> },
   scope: ProgramScope,
-): DesiredState {
-  const devices = new Set(scope.l2Devices.map((d) => d.index));
+): DesiredState & { nexthops: NexthopSpec[] } {
+  const devices = nexthopDevicesOf(scope);
   const key = (gw: string, oif: number, onlink: boolean) => `${gw} ${oif} ${onlink}`;
   const existing = new Map((actual.nexthops ?? []).map((n) => [key(n.gateway.toString(), n.oif, n.onlink), n.id]));
   const used = new Set(actual.allNexthopIds);
   let next = NEXTHOP_ID_BASE;
   const nexthops = new Map<string, NexthopSpec>();
   const routes: RouteSpec[] = desired.routes.map((r) => {
-    if (!r.gateway || !r.onlink || !devices.has(r.oif)) return r;
+    if (!r.gateway || !devices.has(r.oif)) return r;
     const k = key(r.gateway.toString(), r.oif, r.onlink);
     let nh = nexthops.get(k);
     if (!nh) {
@@ -125,19 +140,35 @@ export async function program(
   scope: ProgramScope,
   desired: DesiredState,
   logger: Logger,
-): Promise<ProgramResult> {
+): Promise<FullPassResult> {
   const actual = await readActual(nl, scope);
-  const want = scope.useNexthops ? withNexthops(desired, actual, scope) : desired;
+  const want = scope.useNexthops ? withNexthops(desired, actual, scope) : { ...desired, nexthops: desired.nexthops ?? [] };
   const { ops, repairs } = diffState(want, actual);
-  if (ops.length === 0) return { repairs, ops: 0, failures: 0 };
+  const takenIds = actual.allNexthopIds;
+  for (const nh of want.nexthops) takenIds.add(nh.id);
+  if (ops.length === 0) return { repairs, ops: 0, failures: 0, want, takenIds };
+  const sent = await sendOps(nl, ops, logger);
+  return { repairs: sent.repairs, ops: ops.length, failures: sent.refused.size, want, takenIds };
+}
+
+/**
+ * Sends kernel operations in one netlink batch. Only the operations the kernel accepted count as
+ * repairs; the refused ones are returned (and logged, the first ten).
+ */
+export async function sendOps(nl: Netlink, ops: readonly KernelOp[], logger: Logger): Promise<{ repairs: Repairs; refused: Set<KernelOp> }> {
+  const refused = new Set<KernelOp>();
+  const done = { added: 0, changed: 0, removed: 0 };
+  if (ops.length === 0) return { repairs: done, refused };
   const sent = ops.map((op) => [toNetlinkOp(op), op] as const);
   const result = await nl.apply(sent.map(([n]) => n));
-  const refused = new Set(result.failures.map((f) => f.op));
-  const done = { added: 0, changed: 0, removed: 0 };
-  for (const [n, op] of sent) if (!refused.has(n)) done[op.repair]++;
+  const refusedNl = new Set(result.failures.map((f) => f.op));
+  for (const [n, op] of sent) {
+    if (refusedNl.has(n)) refused.add(op);
+    else done[op.repair]++;
+  }
   for (const f of result.failures.slice(0, 10)) {
     logger.warn('kernel operation failed; retrying', { op: f.error.op, errno: f.error.errno });
   }
   if (result.failures.length > 10) logger.warn(`${result.failures.length - 10} more kernel operations failed`);
-  return { repairs: done, ops: ops.length, failures: result.failures.length };
+  return { repairs: done, refused };
 }

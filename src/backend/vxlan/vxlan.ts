@@ -1,15 +1,19 @@
 // flannel's vxlan backend, computed as desired state: per peer one permanent neighbour (peer
 // subnet address → peer VTEP MAC), one FDB entry (peer VTEP MAC → peer public IP) and one onlink
-// route, applied as a diff on start, after every event batch and on the reconcile timer.
+// route. A batch of events applies just its delta (kernel/dataplane.ts); the full diff runs at
+// start, when a device was rebuilt or an operation refused, and on the reconcile timer.
 import { IPAddr, IPNet } from '../../util/ip.js';
-import { vtepMacOfData, type JsonValue, type Lease, type LeaseAttrs, type LeaseEvent } from '../../subnet/lease.js';
+import { leaseId, vtepMacOfData, type JsonValue, type Lease, type LeaseAttrs, type LeaseEvent } from '../../subnet/lease.js';
+import { errorMessage } from '../../util/errors.js';
 import { PeerSet } from '../peer-set.js';
 import type { PeerProblem } from '../../subnet/peer-gate.js';
 import { vniProblem } from '../peer-data.js';
 import { Netlink } from '../../netlink/index.js';
 import type { Backend, BackendContext, BackendPass } from '../backend.js';
-import type { DesiredState, NeighSpec, FdbSpec, RouteSpec } from '../kernel/diff.js';
-import { program, type ProgramScope } from '../kernel/programmer.js';
+import type { FdbSpec, NeighSpec, RouteSpec } from '../kernel/diff.js';
+import { KernelDataplane } from '../kernel/dataplane.js';
+import type { PeerEntries } from '../kernel/model.js';
+import type { ProgramScope } from '../kernel/programmer.js';
 import { VXLAN_OVERHEAD } from '../mtu.js';
 import { BackendOptions } from '../options.js';
 import { SerialQueue } from '../serial.js';
@@ -69,8 +73,10 @@ export class VxlanBackend implements Backend {
   private readonly devices: FamilyDevice[] = [];
   private readonly serial = new SerialQueue();
   private lease: Lease | null = null;
-  private peers: readonly Lease[] = [];
   private readonly peerSet = new PeerSet();
+  private readonly dataplane: KernelDataplane;
+  /** DirectRouting: the external interface's connected prefixes, read by every full pass. */
+  private direct: IPNet[] = [];
   private linkWatch: { close(): void } | null = null;
   /** Whether the kernel has nexthop objects (5.3+); probed on the first pass. */
   private nexthops: boolean | null = null;
@@ -81,6 +87,7 @@ export class VxlanBackend implements Backend {
     netlink?: Netlink,
   ) {
     this.nl = netlink ?? Netlink.open();
+    this.dataplane = new KernelDataplane(this.nl, ctx.logger);
   }
 
   private get families(): Array<4 | 6> {
@@ -139,33 +146,56 @@ export class VxlanBackend implements Backend {
       const dev = this.devices.find((d) => d.name === ev.link.name || d.index === ev.link.index);
       if (!dev || (ev.type === 'new' && ev.link.adminUp && ev.link.name === dev.name)) return;
       this.ctx.logger.warn('vxlan device changed behind our back; rebuilding it', { device: dev.name, event: ev.type });
-      void this.reconcile(this.peers).catch((e: Error) =>
-        this.ctx.logger.error('rebuilding the vxlan device failed', { error: e.message }),
+      this.dataplane.invalidate();
+      void this.reconcile([...this.peerSet.values()]).catch((e: unknown) =>
+        this.ctx.logger.error('rebuilding the vxlan device failed', { error: errorMessage(e) }),
       );
     });
   }
 
+  /** Only the batch's peers: their old entries out, their new ones in. */
   apply(batch: readonly LeaseEvent[]): Promise<BackendPass> {
-    this.peerSet.apply(batch);
-    return this.reconcile([...this.peerSet.values()]);
+    const changes = this.peerSet.apply(batch);
+    return this.serial.run(async () => {
+      if (this.dataplane.uncertain) return this.fullPass();
+      const scope = await this.scope();
+      const pass = await this.dataplane.delta(
+        scope,
+        changes.map((c) => ({ id: c.id, entries: c.after ? this.entriesOf(c.after) : null })),
+        () => this.allEntries(),
+      );
+      this.ctx.metrics?.recordProgramming(this.dataplane.peerCount, pass.repairs, 0);
+      return { failures: pass.failures };
+    });
   }
 
+  /** The timer's full comparison: devices, addresses, then every entry. */
   reconcile(peers: readonly Lease[]): Promise<BackendPass> {
-    this.peers = peers;
-    return this.serial.run(async () => {
-      let deviceRepairs = 0;
-      for (const dev of this.devices) {
-        const r = await this.ensureDevice(dev.family, dev.mac);
-        if (r.action !== 'kept') deviceRepairs++;
-        dev.index = r.dev.index;
-      }
-      if (await this.ensureAddresses()) deviceRepairs++;
-      const { desired, programmed } = await this.desiredState(this.peers);
-      this.nexthops ??= await this.nl.supportsNexthops();
-      const result = await program(this.nl, this.scope(this.nexthops), desired, this.ctx.logger);
-      this.ctx.metrics?.recordProgramming(programmed, result.repairs, deviceRepairs);
-      return { failures: result.failures };
-    });
+    this.peerSet.reset(peers);
+    return this.serial.run(() => this.fullPass());
+  }
+
+  private async fullPass(): Promise<BackendPass> {
+    let deviceRepairs = 0;
+    for (const dev of this.devices) {
+      const r = await this.ensureDevice(dev.family, dev.mac);
+      if (r.action !== 'kept') deviceRepairs++;
+      dev.index = r.dev.index;
+    }
+    if (await this.ensureAddresses()) deviceRepairs++;
+    this.direct = this.opts.directRouting ? await this.onLinkPrefixes() : [];
+    const pass = await this.dataplane.full(await this.scope(), this.allEntries());
+    this.ctx.metrics?.recordProgramming(this.dataplane.peerCount, pass.repairs, deviceRepairs);
+    return { failures: pass.failures };
+  }
+
+  private allEntries(): Map<string, PeerEntries> {
+    const out = new Map<string, PeerEntries>();
+    for (const peer of this.peerSet.values()) {
+      const e = this.entriesOf(peer);
+      if (e) out.set(leaseId(peer), e);
+    }
+    return out;
   }
 
   async close(): Promise<void> {
@@ -175,10 +205,11 @@ export class VxlanBackend implements Backend {
     this.nl.close();
   }
 
-  private scope(useNexthops: boolean): ProgramScope {
+  private async scope(): Promise<ProgramScope> {
+    this.nexthops ??= await this.nl.supportsNexthops();
     const { config } = this.ctx;
     const networks = [config.network, config.ipv6Network].filter((n): n is IPNet => n !== null);
-    return { networks, l2Devices: this.devices.map((d) => ({ index: d.index, family: d.family })), useNexthops };
+    return { networks, l2Devices: this.devices.map((d) => ({ index: d.index, family: d.family })), useNexthops: this.nexthops };
   }
 
   private async ensureDevice(
@@ -223,34 +254,27 @@ export class VxlanBackend implements Backend {
     return changed;
   }
 
-  /** Neighbours, FDB entries and routes for every peer this backend can program. */
-  private async desiredState(peers: readonly Lease[]): Promise<{ desired: DesiredState; programmed: number }> {
+  /** One peer's neighbours, FDB entries and routes; null when it has nothing to program. */
+  private entriesOf(peer: Lease): PeerEntries | null {
+    if (this.peerProblem(peer)) return null;
     const routes: RouteSpec[] = [];
     const neighbours: NeighSpec[] = [];
     const fdb: FdbSpec[] = [];
-    const direct = this.opts.directRouting ? await this.onLinkPrefixes() : [];
     const ext = this.ctx.extIface.index;
-    let programmed = 0;
-    for (const peer of peers) {
-      if (this.peerProblem(peer)) continue;
-      let any = false;
-      for (const dev of this.devices) {
-        const p = familyOf(peer, dev.family);
-        if (!p.subnet || !p.publicIP || p.publicIP.isUnspecified()) continue;
-        const mac = vtepMacOfData(p.data);
-        if (!mac) continue;
-        if (direct.some((n) => n.contains(p.publicIP!))) {
-          routes.push({ dst: p.subnet, gateway: p.publicIP, oif: ext, onlink: false });
-        } else {
-          neighbours.push({ ifindex: dev.index, ip: p.subnet.ip, mac });
-          fdb.push({ ifindex: dev.index, mac, dst: p.publicIP });
-          routes.push({ dst: p.subnet, gateway: p.subnet.ip, oif: dev.index, onlink: true });
-        }
-        any = true;
+    for (const dev of this.devices) {
+      const p = familyOf(peer, dev.family);
+      if (!p.subnet || !p.publicIP || p.publicIP.isUnspecified()) continue;
+      const mac = vtepMacOfData(p.data);
+      if (!mac) continue;
+      if (this.direct.some((n) => n.contains(p.publicIP!))) {
+        routes.push({ dst: p.subnet, gateway: p.publicIP, oif: ext, onlink: false });
+      } else {
+        neighbours.push({ ifindex: dev.index, ip: p.subnet.ip, mac });
+        fdb.push({ ifindex: dev.index, mac, dst: p.publicIP });
+        routes.push({ dst: p.subnet, gateway: p.subnet.ip, oif: dev.index, onlink: true });
       }
-      if (any) programmed++;
     }
-    return { desired: { routes, neighbours, fdb }, programmed };
+    return routes.length > 0 ? { routes, neighbours, fdb } : null;
   }
 
   /** The external interface's connected prefixes: peers inside them are reachable without a tunnel. */
