@@ -132,3 +132,44 @@ export async function runCommand(command: string, args: readonly string[], opts:
   const r = await execChecked(command, args, { ...opts, input: opts.input ?? '' });
   return r.stdout;
 }
+
+export interface LineStream {
+  /** Ends the program (SIGTERM); resolves when it has exited. */
+  stop(): Promise<void>;
+  /** Resolves with the exit status (null: killed) when the program ends on its own or is stopped. */
+  readonly exited: Promise<number | null>;
+}
+
+/**
+ * A long-running program whose output is read line by line as it comes (`ip monitor`): stdout
+ * lines to `onLine`, stderr lines to `onErrorLine`. No deadline.
+ */
+export function streamLines(
+  command: string,
+  args: readonly string[],
+  handlers: { readonly onLine: (line: string) => void; readonly onErrorLine?: (line: string) => void },
+  opts: Pick<ExecOptions, 'env'> = {},
+): LineStream {
+  const child = spawn(command, [...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...(opts.env ?? process.env), LC_ALL: 'C' } });
+  const split = (onLine: (line: string) => void) => {
+    let rest = '';
+    return (chunk: string) => {
+      const parts = (rest + chunk).split('\n');
+      rest = parts.pop() ?? '';
+      for (const p of parts) onLine(p);
+    };
+  };
+  child.stdout.setEncoding('utf8').on('data', split(handlers.onLine));
+  child.stderr.setEncoding('utf8').on('data', split(handlers.onErrorLine ?? (() => {})));
+  const exited = new Promise<number | null>((resolve) => {
+    child.on('error', () => resolve(null));
+    child.on('close', (code) => resolve(code));
+  });
+  return {
+    exited,
+    stop: async () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      await exited;
+    },
+  };
+}

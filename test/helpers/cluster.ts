@@ -72,10 +72,11 @@ export class Host {
       '--iface', 'eth0',
       '--subnet-file', this.subnetFile,
       '--healthz-ip', '127.0.0.1', '--healthz-port', '8081',
-      '--reconcile-interval', '1',
       ...(this.cluster.opts.weftdArgs ?? []),
       ...extra,
     ];
+    // A short timer unless the test sets its own (a repeated flag would become an array).
+    if (!args.includes('--reconcile-interval')) args.push('--reconcile-interval', '1');
     this.weftd = WeftdProcess.start(args, env, this.ns);
     const d = this.weftd;
     await waitFor(() => {

@@ -64,7 +64,20 @@ export class HostGwBackend implements Backend {
     return peer.attrs.backendType === 'host-gw' ? null : { reason: 'backend-type', detail: `backend type "${peer.attrs.backendType ?? ''}" is not host-gw` };
   }
 
-  async start(): Promise<void> {}
+  start(): Promise<void> {
+    const ext = this.ctx.extIface;
+    // host-gw owns routes (and their nexthops) only: no neighbour or FDB monitor.
+    this.dataplane.watchDrift({
+      families: [],
+      fdb: false,
+      devIndex: (dev) => (dev === ext.name ? ext.index : null),
+      scope: () => this.scope(),
+      exclusive: (fn) => this.serial.run(fn),
+      fullPass: async () => this.dataplane.full(await this.scope(), this.allEntries()),
+      onRepairs: (repairs) => this.ctx.metrics?.recordProgramming(this.dataplane.peerCount, repairs, 0),
+    });
+    return Promise.resolve();
+  }
 
   /** Only the batch's peers: their old routes out, their new ones in. */
   apply(batch: readonly LeaseEvent[]): Promise<BackendPass> {
@@ -108,6 +121,7 @@ export class HostGwBackend implements Backend {
   }
 
   async close(): Promise<void> {
+    await this.dataplane.stopDriftWatch();
     await this.serial.idle();
     this.nl.close();
   }

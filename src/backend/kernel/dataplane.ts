@@ -3,8 +3,10 @@
 // the full dump-and-diff runs when the model cannot be trusted (start, a refused operation, a
 // device rebuilt) and on the timer, and the model is rebuilt from what it leaves in the kernel.
 import type { Netlink } from '../../netlink/index.js';
+import { errorMessage } from '../../util/errors.js';
 import type { Logger } from '../../util/log.js';
 import type { DesiredState, FdbSpec, NeighSpec, Repairs, RouteSpec } from './diff.js';
+import { DriftWatch } from './drift.js';
 import { fdbKey, KernelModel, neighKey, routeKey, type PeerEntries } from './model.js';
 import { nexthopDevicesOf, program, sendOps, type ProgramScope } from './programmer.js';
 
@@ -18,8 +20,29 @@ export interface DataplanePass {
 
 const NO_REPAIRS: Repairs = { added: 0, changed: 0, removed: 0 };
 
+/** What the drift watch needs from the backend that owns the dataplane. */
+export interface DriftHooks {
+  readonly families: ReadonlyArray<4 | 6>;
+  /** Watch FDB entries too (vxlan). */
+  readonly fdb: boolean;
+  /** The backend's devices by name (its own, and the external interface). */
+  readonly devIndex: (dev: string) => number | null;
+  readonly scope: () => Promise<ProgramScope>;
+  /** Runs `fn` in the backend's queue, after any pass in flight. */
+  readonly exclusive: <T>(fn: () => Promise<T>) => Promise<T>;
+  /** The backend's full pass (devices included). */
+  readonly fullPass: () => Promise<unknown>;
+  readonly onRepairs: (repairs: Repairs, failures: number) => void;
+}
+
+/** A lost notification or a deleted nexthop asks for a full pass; at most this often. */
+const FULL_PASS_MIN_INTERVAL_MS = 1000;
+
 export class KernelDataplane {
   private readonly model = new KernelModel({ nexthopDevices: new Set() });
+  private drift: DriftWatch | null = null;
+  private lastForcedFull = 0;
+  private forcedFull: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly nl: Netlink,
@@ -53,12 +76,73 @@ export class KernelDataplane {
     return { repairs: NO_REPAIRS, failures: sent.refused.size, full: false };
   }
 
+  /**
+   * Starts watching the kernel for changes to what weft owns: an entry removed or changed by
+   * someone else is put back within the watch's quiet time, not at the next timer.
+   */
+  watchDrift(hooks: DriftHooks): void {
+    if (this.drift) return;
+    this.drift = new DriftWatch({
+      families: hooks.families,
+      fdb: hooks.fdb,
+      devIndex: hooks.devIndex,
+      logger: this.logger,
+      onDrift: (observations) => {
+        void hooks
+          .exclusive(async () => {
+            if (this.model.uncertain) return; // a full pass is due anyway
+            const scope = await hooks.scope();
+            const { ops, commit, full } = this.model.repair(observations, {
+              networks: scope.networks,
+              l2Devices: new Set(scope.l2Devices.map((d) => d.index)),
+              devIndex: hooks.devIndex,
+              allow: (kind, key) => this.drift?.allowRepair(kind, key) ?? false,
+            });
+            if (full) this.model.uncertain = true;
+            if (ops.length > 0) {
+              const sent = await sendOps(this.nl, ops, this.logger);
+              commit(sent.refused);
+              this.logger.warn('repaired entries changed behind weft\'s back', { ...sent.repairs, refused: sent.refused.size });
+              hooks.onRepairs(sent.repairs, sent.refused.size);
+            }
+            if (this.model.uncertain) this.requestFull(hooks);
+          })
+          .catch((e: unknown) => this.logger.error('drift repair failed', { error: errorMessage(e) }));
+      },
+      onLost: (why) => {
+        this.logger.warn('kernel notifications were lost; running a full pass', { why });
+        this.model.uncertain = true;
+        this.requestFull(hooks);
+      },
+    });
+    this.drift.start();
+  }
+
+  async stopDriftWatch(): Promise<void> {
+    if (this.forcedFull) clearTimeout(this.forcedFull);
+    await this.drift?.stop();
+    this.drift = null;
+  }
+
+  /** A full pass soon, at most one per FULL_PASS_MIN_INTERVAL_MS. */
+  private requestFull(hooks: DriftHooks): void {
+    if (this.forcedFull) return;
+    const wait = Math.max(0, this.lastForcedFull + FULL_PASS_MIN_INTERVAL_MS - Date.now());
+    this.forcedFull = setTimeout(() => {
+      this.forcedFull = null;
+      this.lastForcedFull = Date.now();
+      void hooks.exclusive(() => hooks.fullPass()).catch((e: unknown) => this.logger.error('full pass after drift failed', { error: errorMessage(e) }));
+    }, wait);
+  }
+
   /** Dump what weft owns, diff against every peer's entries, apply, and rebuild the model. */
   async full(scope: ProgramScope, peers: ReadonlyMap<string, PeerEntries>): Promise<DataplanePass> {
     const desired = union(peers);
     const result = await program(this.nl, scope, desired, this.logger);
     this.model.reset({ nexthopDevices: nexthopDevicesOf(scope) }, peers, result.want, result.takenIds);
     if (result.failures > 0) this.model.uncertain = true;
+    // The timer forgives: entries weft stopped fighting for are watched again.
+    this.drift?.forgive();
     return { repairs: result.repairs, failures: result.failures, full: true };
   }
 }

@@ -7,7 +7,9 @@
 // FDB entry for two subnets behind one VTEP) goes only when neither wants it. Onlink routes on
 // weft's devices go through nexthop objects, one per (gateway, device), shared and counted the
 // same way; their ids are taken from the ones the last full dump showed free.
+import type { IPNet } from '../../util/ip.js';
 import type { FdbSpec, KernelOp, NeighSpec, NexthopSpec, RouteSpec } from './diff.js';
+import type { Observation } from './drift.js';
 
 /** What one peer wants in the kernel. */
 export interface PeerEntries {
@@ -70,6 +72,8 @@ export class KernelModel {
   private readonly nexthops = new Counted<NexthopSpec>();
   /** (gateway, device, onlink) → nexthop id, for the nexthops in `nexthops`. */
   private readonly nexthopIds = new Map<string, number>();
+  /** The ids of the nexthops in `nexthops`. */
+  private readonly ourNexthopIds = new Set<number>();
   /** Ids that are taken in the kernel by anyone (ours included), from the last full dump on. */
   private readonly usedIds = new Set<number>();
   private nextId = NEXTHOP_ID_BASE;
@@ -106,6 +110,7 @@ export class KernelModel {
     this.scope = scope;
     for (const c of [this.routes, this.neighbours, this.fdb, this.nexthops]) c.clear();
     this.nexthopIds.clear();
+    this.ourNexthopIds.clear();
     this.usedIds.clear();
     this.byPeer.clear();
     for (const id of takenIds) this.usedIds.add(id);
@@ -113,6 +118,7 @@ export class KernelModel {
       const key = nexthopKey(nh.gateway.toString(), nh.oif, nh.onlink);
       this.nexthops.entries.set(key, nh);
       this.nexthopIds.set(key, nh.id);
+      this.ourNexthopIds.add(nh.id);
       this.usedIds.add(nh.id);
     }
     const wantRoutes = new Map(want.routes.map((r) => [routeKey(r), r]));
@@ -246,6 +252,7 @@ export class KernelModel {
       push(nhReplace, { kind: 'nexthop-replace', nexthop: nh, repair: 'added' }, () => {
         this.nexthops.entries.set(key, nh);
         this.nexthopIds.set(key, nh.id);
+        this.ourNexthopIds.add(nh.id);
       });
     }
     for (const [key, nh] of nexthopDrop) {
@@ -253,6 +260,7 @@ export class KernelModel {
       push(nhDelete, { kind: 'nexthop-delete', nexthop: nh, repair: 'removed' }, () => {
         this.nexthops.entries.delete(key);
         this.nexthopIds.delete(key);
+        this.ourNexthopIds.delete(nh.id);
         this.usedIds.delete(nh.id);
       });
     }
@@ -266,4 +274,77 @@ export class KernelModel {
       },
     };
   }
+
+  /**
+   * What the kernel notified (drift.ts) against the model: the operations that put each entry
+   * back as the model has it — re-add what went missing or changed, remove a weft-protocol route
+   * or a permanent entry on weft's devices that the model does not have. A nexthop of ours
+   * deleted behind our back took its routes along: that needs a full pass (`full`).
+   */
+  repair(observations: readonly Observation[], scope: RepairScope): { ops: KernelOp[]; commit: (refused: ReadonlySet<KernelOp>) => void; full: boolean } {
+    const ops: KernelOp[] = [];
+    const onAccepted = new Map<KernelOp, () => void>();
+    let full = false;
+    const add = (op: KernelOp, kind: string, key: string, accepted: () => void = () => {}): void => {
+      if (!scope.allow(kind, key)) return;
+      ops.push(op);
+      onAccepted.set(op, accepted);
+    };
+    for (const o of observations) {
+      switch (o.kind) {
+        case 'route': {
+          const have = this.routes.entries.get(o.key);
+          if (have) {
+            const same = o.present && (have.nhid ? o.nhid === have.nhid : o.nhid === null && o.gateway?.toString() === have.gateway?.toString() && scope.devIndex(o.dev ?? '') === have.oif);
+            if (!same) add({ kind: 'route-replace', route: have, repair: o.present ? 'changed' : 'added' }, o.kind, o.key);
+          } else if (o.present && o.proto === '88' && o.mainTable && scope.networks.some((n) => n.containsNet(o.dst))) {
+            const oif = scope.devIndex(o.dev ?? '');
+            add({ kind: 'route-delete', route: { dst: o.dst, gateway: o.gateway, oif: oif ?? 0, onlink: false, nhid: o.nhid }, repair: 'removed' }, o.kind, o.key);
+          }
+          break;
+        }
+        case 'neigh': {
+          const have = this.neighbours.entries.get(o.key);
+          if (have) {
+            if (!o.present || !o.permanent || o.mac !== have.mac) add({ kind: 'neigh-replace', neigh: have, repair: o.present ? 'changed' : 'added' }, o.kind, o.key);
+          } else if (o.present && o.permanent && scope.l2Devices.has(scope.devIndex(o.dev) ?? -1)) {
+            add({ kind: 'neigh-delete', neigh: { ifindex: scope.devIndex(o.dev)!, ip: o.ip, mac: o.mac ?? '' }, repair: 'removed' }, o.kind, o.key);
+          }
+          break;
+        }
+        case 'fdb': {
+          const have = this.fdb.entries.get(o.key);
+          if (have && !o.present) add({ kind: 'fdb-replace', fdb: have, repair: 'added' }, o.kind, o.key);
+          else if (!have && o.present && o.permanent && o.mac !== '00:00:00:00:00:00' && scope.l2Devices.has(scope.devIndex(o.dev) ?? -1)) {
+            add({ kind: 'fdb-delete', fdb: { ifindex: scope.devIndex(o.dev)!, mac: o.mac, dst: o.dst }, repair: 'removed' }, o.kind, o.key);
+          }
+          break;
+        }
+        case 'nexthop': {
+          if (this.ourNexthopIds.has(o.id) && !o.present) full = true;
+          break;
+        }
+      }
+    }
+    return {
+      ops,
+      full,
+      commit: (refused) => {
+        for (const op of ops) if (!refused.has(op)) onAccepted.get(op)!();
+        if (refused.size > 0) this.uncertain = true;
+      },
+    };
+  }
 }
+
+/** What a drift repair needs besides the model. */
+export interface RepairScope {
+  /** The cluster networks: weft-protocol routes inside them are weft's. */
+  readonly networks: readonly IPNet[];
+  /** weft's devices: permanent neighbours and FDB entries on them are weft's. */
+  readonly l2Devices: ReadonlySet<number>;
+  readonly devIndex: (dev: string) => number | null;
+  /** The rate limit: false when weft stopped fighting for this entry. */
+  readonly allow: (kind: string, key: string) => boolean;
+}
+

@@ -141,6 +141,16 @@ export class VxlanBackend implements Backend {
   async start(lease: Lease): Promise<void> {
     this.lease = lease;
     await this.serial.run(() => this.ensureAddresses());
+    const ext = this.ctx.extIface;
+    this.dataplane.watchDrift({
+      families: this.families,
+      fdb: true,
+      devIndex: (dev) => (dev === ext.name ? ext.index : (this.devices.find((d) => d.name === dev)?.index ?? null)),
+      scope: () => this.scope(),
+      exclusive: (fn) => this.serial.run(fn),
+      fullPass: () => this.fullPass(),
+      onRepairs: (repairs) => this.ctx.metrics?.recordProgramming(this.dataplane.peerCount, repairs, 0),
+    });
     // A device deleted or taken down behind our back is rebuilt and every peer replayed.
     this.linkWatch ??= this.nl.watchLinks((ev) => {
       const dev = this.devices.find((d) => d.name === ev.link.name || d.index === ev.link.index);
@@ -201,6 +211,7 @@ export class VxlanBackend implements Backend {
   async close(): Promise<void> {
     this.linkWatch?.close();
     this.linkWatch = null;
+    await this.dataplane.stopDriftWatch();
     await this.serial.idle();
     this.nl.close();
   }
