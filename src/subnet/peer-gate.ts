@@ -112,28 +112,39 @@ function subnetsOf(l: Lease): IPNet[] {
  * Which claims overlap a prefix, without looking at every claim: each claim is filed under its own
  * prefix, and under every shorter prefix down to the cluster network's ("below"). A prefix then
  * overlaps the claims filed at itself or at one of its ancestors, and the claims below it: at most
- * a few dozen map lookups whatever the number of peers.
+ * a few dozen map lookups whatever the number of peers. Where every claim has one size (SubnetLen
+ * is configured: the gate refuses any other), two claims overlap only when equal, and only the
+ * claims' own prefixes are filed.
  */
 class OverlapIndex {
   private readonly at = new Map<string, Set<string>>();
   private readonly below = new Map<string, Set<string>>();
 
-  constructor(private readonly floor: (net: IPNet) => number) {}
+  constructor(
+    /** The cluster network's prefix length of the family: nothing valid is filed above it. */
+    private readonly floor: (net: IPNet) => number,
+    /** Whether all valid claims of the family have one size. */
+    private readonly fixedSize: (net: IPNet) => boolean,
+  ) {}
+
+  private ancestors(net: IPNet): number {
+    return this.fixedSize(net) ? net.prefix : this.floor(net);
+  }
 
   add(id: string, net: IPNet): void {
     file(this.at, net.toString(), id);
-    for (let len = this.floor(net); len < net.prefix; len++) file(this.below, IPNet.of(net.ip, len).toString(), id);
+    for (let len = this.ancestors(net); len < net.prefix; len++) file(this.below, IPNet.of(net.ip, len).toString(), id);
   }
 
   remove(id: string, net: IPNet): void {
     unfile(this.at, net.toString(), id);
-    for (let len = this.floor(net); len < net.prefix; len++) unfile(this.below, IPNet.of(net.ip, len).toString(), id);
+    for (let len = this.ancestors(net); len < net.prefix; len++) unfile(this.below, IPNet.of(net.ip, len).toString(), id);
   }
 
   /** The ids of claims overlapping `net` (its own id included when filed). */
   overlapping(net: IPNet): Set<string> {
     const out = new Set<string>(this.below.get(net.toString()) ?? []);
-    for (let len = this.floor(net); len <= net.prefix; len++) for (const id of this.at.get(IPNet.of(net.ip, len).toString()) ?? []) out.add(id);
+    for (let len = this.ancestors(net); len <= net.prefix; len++) for (const id of this.at.get(IPNet.of(net.ip, len).toString()) ?? []) out.add(id);
     return out;
   }
 }
@@ -165,7 +176,10 @@ export class PeerGate {
     private readonly observer: GateObserver,
   ) {
     // Valid claims lie inside the cluster network: nothing is filed above its prefix.
-    this.claims = new OverlapIndex((net) => (net.family === 4 ? policy.network : policy.ipv6Network)?.prefix ?? 0);
+    this.claims = new OverlapIndex(
+      (net) => (net.family === 4 ? policy.network : policy.ipv6Network)?.prefix ?? 0,
+      (net) => (net.family === 4 ? policy.subnetLen : policy.ipv6SubnetLen) > 0,
+    );
   }
 
   /** The leases the backend may program. */
