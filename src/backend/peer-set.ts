@@ -22,6 +22,11 @@ export class PeerSet {
     return this.byId.values();
   }
 
+  /** Whether the set holds exactly these leases (the same objects). */
+  sameAs(peers: readonly Lease[]): boolean {
+    return peers.length === this.byId.size && peers.every((p) => this.byId.get(leaseId(p)) === p);
+  }
+
   /** The whole set, as the daemon has it (start-up, the timer). */
   reset(peers: readonly Lease[]): void {
     this.byId.clear();

@@ -93,14 +93,13 @@ export class HostGwBackend implements Backend {
     });
   }
 
-  /** The timer's full comparison. */
-  reconcile(peers: readonly Lease[]): Promise<BackendPass> {
+  /** The timer's full comparison: read while events go on, compared with the model. */
+  async reconcile(peers: readonly Lease[]): Promise<BackendPass> {
+    if (!this.peers.sameAs(peers)) this.dataplane.invalidate();
     this.peers.reset(peers);
-    return this.serial.run(async () => {
-      const pass = await this.dataplane.full(await this.scope(), this.allEntries());
-      this.ctx.metrics?.recordProgramming(this.dataplane.peerCount, pass.repairs, 0);
-      return { failures: pass.failures };
-    });
+    const pass = await this.dataplane.verify(await this.scope(), (fn) => this.serial.run(fn), () => this.allEntries());
+    this.ctx.metrics?.recordProgramming(this.dataplane.peerCount, pass.repairs, 0);
+    return { failures: pass.failures };
   }
 
   /** Routes via peers on the external interface go through weft's nexthop objects where the kernel has them. */

@@ -8,7 +8,8 @@ import type { Logger } from '../../util/log.js';
 import type { DesiredState, FdbSpec, NeighSpec, Repairs, RouteSpec } from './diff.js';
 import { DriftWatch } from './drift.js';
 import { fdbKey, KernelModel, neighKey, routeKey, type PeerEntries } from './model.js';
-import { nexthopDevicesOf, program, sendOps, type ProgramScope } from './programmer.js';
+import { diffState } from './diff.js';
+import { nexthopDevicesOf, program, readActual, sendOps, type ProgramScope } from './programmer.js';
 
 export interface DataplanePass {
   /** Differences a full pass found and fixed (zero for a delta: events are not repairs). */
@@ -133,6 +134,52 @@ export class KernelDataplane {
       this.lastForcedFull = Date.now();
       void hooks.exclusive(() => hooks.fullPass()).catch((e: unknown) => this.logger.error('full pass after drift failed', { error: errorMessage(e) }));
     }, wait);
+  }
+
+  /**
+   * The timer's pass when the model is trusted: the kernel is read while events keep being
+   * applied (the dump takes most of the time), then compared with the model in `exclusive`,
+   * leaving out the entries events changed meanwhile (the dump's view of them is stale), and put
+   * back where it differs. When the model is not trusted, a full pass from `peers()` instead.
+   */
+  async verify(scope: ProgramScope, exclusive: <T>(fn: () => Promise<T>) => Promise<T>, peers: () => ReadonlyMap<string, PeerEntries>): Promise<DataplanePass> {
+    if (this.model.uncertain) return exclusive(() => this.full(scope, peers()));
+    this.model.record();
+    let actual: Awaited<ReturnType<typeof readActual>>;
+    try {
+      actual = await readActual(this.nl, scope);
+    } catch (e) {
+      this.model.recorded();
+      throw e;
+    }
+    return exclusive(async () => {
+      const stale = this.model.recorded();
+      if (this.model.uncertain) return this.full(scope, peers());
+      const fresh = <T>(kind: string, key: (x: T) => string) => (x: T) => !stale.has(`${kind} ${key(x)}`);
+      const want = this.model.snapshot();
+      const nhKey = (n: { id: number }) => String(n.id);
+      const { ops, repairs } = diffState(
+        {
+          routes: want.routes.filter(fresh('route', routeKey)),
+          neighbours: want.neighbours.filter(fresh('neigh', neighKey)),
+          fdb: want.fdb.filter(fresh('fdb', fdbKey)),
+          nexthops: want.nexthops.filter(fresh('nexthop', nhKey)),
+        },
+        {
+          routes: actual.routes.filter(fresh('route', routeKey)),
+          neighbours: actual.neighbours.filter(fresh('neigh', neighKey)),
+          fdb: actual.fdb.filter(fresh('fdb', fdbKey)),
+          nexthops: (actual.nexthops ?? []).filter(fresh('nexthop', nhKey)),
+        },
+      );
+      this.model.noteTakenIds(actual.allNexthopIds);
+      this.drift?.forgive();
+      if (ops.length === 0) return { repairs, failures: 0, full: true };
+      this.logger.warn('the kernel differed from what weft programmed; repairing it', { ...repairs });
+      const sent = await sendOps(this.nl, ops, this.logger);
+      if (sent.refused.size > 0) this.model.uncertain = true;
+      return { repairs: sent.repairs, failures: sent.refused.size, full: true };
+    });
   }
 
   /** Dump what weft owns, diff against every peer's entries, apply, and rebuild the model. */

@@ -80,6 +80,20 @@ export class KernelModel {
   private readonly byPeer = new Map<string, PeerEntries>();
   /** The model does not match the kernel for sure: the next pass must be a full one. */
   uncertain = true;
+  /** Keys changed since `record()` (per kind: route, neigh, fdb, nexthop), or null when not recording. */
+  private touched: Set<string> | null = null;
+
+  /** Starts noting which entries change (a dump is being read: its view of them is stale). */
+  record(): void {
+    this.touched = new Set();
+  }
+
+  /** Stops noting; returns the entries that changed, as `kind key`. */
+  recorded(): Set<string> {
+    const t = this.touched ?? new Set<string>();
+    this.touched = null;
+    return t;
+  }
 
   constructor(private scope: ModelScope) {}
 
@@ -269,6 +283,7 @@ export class KernelModel {
       ops,
       commit: (refused) => {
         for (const op of ops) if (!refused.has(op)) opRecord.get(op)!();
+        if (this.touched) for (const op of ops) this.touched.add(opSubject(op));
         // A refused operation leaves the kernel unknown for that entry: the next pass is a full one.
         if (refused.size > 0) this.uncertain = true;
       },
@@ -331,9 +346,33 @@ export class KernelModel {
       full,
       commit: (refused) => {
         for (const op of ops) if (!refused.has(op)) onAccepted.get(op)!();
+        if (this.touched) for (const op of ops) this.touched.add(opSubject(op));
         if (refused.size > 0) this.uncertain = true;
       },
     };
+  }
+
+  /** The ids other tools hold, from a dump: never allocated. */
+  noteTakenIds(ids: Iterable<number>): void {
+    for (const id of ids) this.usedIds.add(id);
+  }
+}
+
+/** `kind key` of the entry an operation is about, as the full diff keys it. */
+export function opSubject(op: KernelOp): string {
+  switch (op.kind) {
+    case 'route-replace':
+    case 'route-delete':
+      return `route ${routeKey(op.route)}`;
+    case 'neigh-replace':
+    case 'neigh-delete':
+      return `neigh ${neighKey(op.neigh)}`;
+    case 'fdb-replace':
+    case 'fdb-delete':
+      return `fdb ${fdbKey(op.fdb)}`;
+    case 'nexthop-replace':
+    case 'nexthop-delete':
+      return `nexthop ${op.nexthop.id}`;
   }
 }
 

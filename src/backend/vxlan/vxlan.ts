@@ -179,13 +179,21 @@ export class VxlanBackend implements Backend {
     });
   }
 
-  /** The timer's full comparison: devices, addresses, then every entry. */
-  reconcile(peers: readonly Lease[]): Promise<BackendPass> {
+  /**
+   * The timer's full comparison: devices and addresses, then every entry — read while events go
+   * on, compared with the model (a full pass from the peers when the model cannot be trusted).
+   */
+  async reconcile(peers: readonly Lease[]): Promise<BackendPass> {
+    if (!this.peerSet.sameAs(peers)) this.dataplane.invalidate();
     this.peerSet.reset(peers);
-    return this.serial.run(() => this.fullPass());
+    const deviceRepairs = await this.serial.run(() => this.checkDevices());
+    const pass = await this.dataplane.verify(await this.scope(), (fn) => this.serial.run(fn), () => this.allEntries());
+    this.ctx.metrics?.recordProgramming(this.dataplane.peerCount, pass.repairs, deviceRepairs);
+    return { failures: pass.failures };
   }
 
-  private async fullPass(): Promise<BackendPass> {
+  /** Devices rebuilt or fixed, addresses put back, DirectRouting prefixes re-read: any of it makes the model uncertain. */
+  private async checkDevices(): Promise<number> {
     let deviceRepairs = 0;
     for (const dev of this.devices) {
       const r = await this.ensureDevice(dev.family, dev.mac);
@@ -193,7 +201,15 @@ export class VxlanBackend implements Backend {
       dev.index = r.dev.index;
     }
     if (await this.ensureAddresses()) deviceRepairs++;
-    this.direct = this.opts.directRouting ? await this.onLinkPrefixes() : [];
+    const direct = this.opts.directRouting ? await this.onLinkPrefixes() : [];
+    if (direct.map(String).join() !== this.direct.map(String).join()) this.dataplane.invalidate();
+    this.direct = direct;
+    if (deviceRepairs > 0) this.dataplane.invalidate();
+    return deviceRepairs;
+  }
+
+  private async fullPass(): Promise<BackendPass> {
+    const deviceRepairs = await this.checkDevices();
     const pass = await this.dataplane.full(await this.scope(), this.allEntries());
     this.ctx.metrics?.recordProgramming(this.dataplane.peerCount, pass.repairs, deviceRepairs);
     return { failures: pass.failures };
