@@ -72,6 +72,15 @@ export class WeftdProcess {
     throw new Error(`weftd did not exit within ${graceMs} ms of SIGTERM; its output:\n${this.output.slice(-3000)}`);
   }
 
+  /** SIGSTOP: the daemon stops reacting (its kernel notifications queue up in their pipes). */
+  pause(): void {
+    if (this.running) this.proc.kill('SIGSTOP');
+  }
+
+  resume(): void {
+    if (this.running) this.proc.kill('SIGCONT');
+  }
+
   kill(): void {
     if (this.running) this.proc.kill('SIGKILL');
   }

@@ -1,6 +1,6 @@
 // `weft trace` on a node of a two-node vxlan cluster (network namespaces, real etcd, weftd with
 // --ip-masq): a remote pod's route, neighbour, FDB entry and public IP; an FDB entry deleted by hand
-// (weftd runs without periodic repair, so it stays deleted); masquerade towards an outside
+// while weftd is paused (then put back by weftd once it runs again); masquerade towards an outside
 // address; a foreign rule that would hide pod IPs; an MTU mismatch; leases from the daemon
 // when etcd is out of reach. The JSON output is validated against test/fixtures/trace/schema.json.
 import assert from 'node:assert/strict';
@@ -61,7 +61,7 @@ describe('weft trace: two vxlan nodes in namespaces', function () {
       hosts: 2,
       tag: 'wtr',
       config: { Network: NETWORK, Backend: { Type: 'vxlan' } },
-      // No periodic repair: a hand-deleted FDB entry stays deleted until the test puts it back.
+      // No periodic pass: the rule and MTU faults planted below stay until the test undoes them.
       weftdArgs: ['--ip-masq', '--reconcile-interval', '0'],
     });
     await c.startAll();
@@ -121,8 +121,10 @@ describe('weft trace: two vxlan nodes in namespaces', function () {
   });
 
   it('reports the FDB hop broken after the entry is deleted by hand', async () => {
-    await sh('bridge', ['-n', h1.ns, 'fdb', 'del', peer.mac, 'dev', 'flannel.1', 'dst', peer.publicIP]);
+    // weftd puts a deleted entry back as soon as it sees the notification: paused, it cannot.
+    h1.weftd!.pause();
     try {
+      await sh('bridge', ['-n', h1.ns, 'fdb', 'del', peer.mac, 'dev', 'flannel.1', 'dst', peer.publicIP]);
       const { run, report } = await trace(h1.podIP!, h2.podIP!);
       assert.equal(run.code, 1);
       assert.equal(report.verdict, 'broken');
@@ -136,10 +138,12 @@ describe('weft trace: two vxlan nodes in namespaces', function () {
       // The hops before it are still fine.
       assert.deepEqual([hop(report, 'route').status, hop(report, 'neighbour').status], ['ok', 'ok']);
     } finally {
-      await sh('bridge', ['-n', h1.ns, 'fdb', 'append', peer.mac, 'dev', 'flannel.1', 'dst', peer.publicIP, 'self', 'permanent']);
+      h1.weftd!.resume();
     }
-    const { run } = await trace(h1.podIP!, h2.podIP!);
-    assert.equal(run.code, 0, 'healthy again once the entry is back');
+    await waitFor(async () => (await trace(h1.podIP!, h2.podIP!)).run.code === 0, {
+      timeoutMs: 10_000,
+      what: 'weftd to put the deleted FDB entry back',
+    });
   });
 
   it('reports masquerade and the rule for an outside address', async () => {
