@@ -29,6 +29,9 @@ export class OvsUnreachableError extends OvsError {
   }
 }
 
+/** Every ovs-ofctl call: OpenFlow 1.5 text, ports by number. */
+const OFCTL_BASE = ['-O', 'OpenFlow15', '--no-names'] as const;
+
 const UNREACHABLE = /(database connection failed|failed to connect to socket|No such file or directory|Connection refused|not a bridge or a socket|timeout|time out)/i;
 
 function oneLine(text: string): string {
@@ -65,10 +68,15 @@ export class OvsClient {
     return this.run('ovs-vsctl', [`--db=unix:${this.dbSocket}`, `--timeout=${this.timeout}`, ...args], this.dbSocket);
   }
 
-  /** ovs-ofctl on a bridge's management socket, OpenFlow 1.5 text (the form dump-flows prints back). */
+  /**
+   * ovs-ofctl on a bridge's management socket, OpenFlow 1.5 text (the form dump-flows prints back).
+   * `--no-names`: weft writes and reads ports by number only; without it every call first fetches
+   * the whole port table (OFPST_PORT_DESC) to resolve names, which costs ovs-vswitchd a query per
+   * port — the one part of a pod's or a peer's flow change that grew with the pods on the bridge.
+   */
   ofctl(command: string, bridge: string, args: readonly string[] = [], stdin?: string, options: readonly string[] = []): Promise<string> {
     const socket = this.mgmtSocket(bridge);
-    return this.run('ovs-ofctl', ['-O', 'OpenFlow15', ...options, command, `unix:${socket}`, ...args], socket, stdin);
+    return this.run('ovs-ofctl', [...OFCTL_BASE, ...options, command, `unix:${socket}`, ...args], socket, stdin);
   }
 
   /** Atomically makes the bridge's flow table equal to `flows` (one flow per line), sending only the difference. */
@@ -79,6 +87,14 @@ export class OvsClient {
   /** Adds (or overwrites same-match) flows in one atomic bundle; removes nothing. */
   addFlows(bridge: string, flows: string): Promise<string> {
     return withFlowFile(flows, (file) => this.ofctl('add-flows', bridge, [file], undefined, ['--bundle']));
+  }
+
+  /**
+   * Applies flow mods (`add <flow>` / `delete <selector>` lines) in order, in one atomic bundle:
+   * all of them or, when ovs-vswitchd refuses one, none. Small, so passed on stdin (`-`).
+   */
+  bundleFlowMods(bridge: string, mods: string): Promise<string> {
+    return this.ofctl('add-flows', bridge, ['-'], mods, ['--bundle']);
   }
 
   /** Deletes the flows whose cookie matches `cookie` under `mask`, in every table. */
@@ -94,7 +110,7 @@ export class OvsClient {
     const socket = this.mgmtSocket(bridge);
     return withFlowFile(flows, async (file) => {
       try {
-        await runCommand('ovs-ofctl', ['-O', 'OpenFlow15', 'diff-flows', `unix:${socket}`, file], { env: this.env, timeoutMs: (this.timeout + 5) * 1000 });
+        await runCommand('ovs-ofctl', [...OFCTL_BASE, 'diff-flows', `unix:${socket}`, file], { env: this.env, timeoutMs: (this.timeout + 5) * 1000 });
         return [];
       } catch (e) {
         // diff-flows exits 2 when the two sides differ; the difference is on stdout.

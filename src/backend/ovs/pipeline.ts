@@ -8,7 +8,7 @@
 // carries a cookie `round << 48 | category << 40 | object id`: the round tells a restart's flows
 // from the previous run's, the category and id name the node, peer or pod a flow belongs to (the
 // CNI plugin deletes a pod's flows by that cookie).
-import { renderFlow as renderOfFlow, type OfAction, type OfMatch, type OfValue, type SetField } from '../../render/ofctl.js';
+import { renderCookieMatch, renderFlow as renderOfFlow, type OfAction, type OfMatch, type OfValue, type SetField } from '../../render/ofctl.js';
 import { type IPAddr, type IPNet } from '../../util/ip.js';
 
 export const TABLES = { classifier: 0, spoofGuard: 10, arpResponder: 20, l3Forwarding: 30, l2Forwarding: 40, output: 50 } as const;
@@ -51,6 +51,19 @@ export function roundCookie(round: number): bigint {
 
 export function roundOf(cookie: bigint): number {
   return Number((cookie & ROUND_MASK) >> ROUND_SHIFT);
+}
+
+/** Every cookie bit: a selector for exactly one round's flows of one object. */
+export const EXACT_MASK = (1n << 64n) - 1n;
+
+/** The cookie of a peer's flows: its id is the peer subnet's address. */
+export function peerCookie(round: number, subnet: IPNet): bigint {
+  return cookieOf(round, Category.Peer, Number(subnet.ip.value));
+}
+
+/** The cookie of a local pod's flows: its id is the pod port's ofport. */
+export function podCookie(round: number, ofport: number): bigint {
+  return cookieOf(round, Category.Pod, ofport);
 }
 
 /** Matches and actions are data; src/render/ofctl.ts is the only place that turns them into text. */
@@ -112,6 +125,19 @@ export interface Flow {
 /** The flow as ovs-ofctl reads it; throws UnsafeValueError (src/render/word.ts) for a value that does not fit its field. */
 export function renderFlow(f: Flow): string {
   return renderOfFlow({ cookie: f.cookie, table: TABLES[f.table], priority: f.priority, match: f.match, actions: f.actions });
+}
+
+/**
+ * A change to the table, for one atomic `ovs-ofctl --bundle add-flows`: add (or overwrite the flow
+ * with the same match and priority), or delete every flow whose cookie matches under the mask.
+ */
+export type FlowMod =
+  | { readonly op: 'add'; readonly flow: Flow }
+  | { readonly op: 'delete'; readonly cookie: bigint; readonly mask: bigint };
+
+/** Flow mods one per line, in the order given (a bundle applies them in order). */
+export function renderFlowMods(mods: readonly FlowMod[]): string {
+  return mods.map((m) => (m.op === 'add' ? `add ${renderFlow(m.flow)}\n` : `delete ${renderCookieMatch(m.cookie, m.mask)}\n`)).join('');
 }
 
 /** One flow per line, in a stable order (table, then priority high to low, then text). */
@@ -189,7 +215,7 @@ export function pipelineFlows(round: number, node: NodePorts): Flow[] {
 /** A local pod (Antrea's InstallPodFlows): classification, spoof guard, tunnel ingress to it, L2 to it. */
 export function podFlows(round: number, node: Pick<NodePorts, 'gatewayMAC'>, pod: PodPort): Flow[] {
   const { ofport, ip, mac } = pod;
-  return new FlowSet(cookieOf(round, Category.Pod, ofport))
+  return new FlowSet(podCookie(round, ofport))
     .add('classifier', 190, [M.inPort(ofport)], [A.setSource(Source.Pod), A.goto('spoofGuard')])
     .add('spoofGuard', 200, [M.ip, M.inPort(ofport), M.ethSrc(mac), M.ipSrc(ip)], [A.goto('l3Forwarding')])
     .add('spoofGuard', 200, [M.arp, M.inPort(ofport), M.arpSenderIP(ip), M.arpSenderMAC(mac)], [A.goto('arpResponder')])
@@ -206,7 +232,7 @@ export function peerFlows(round: number, node: Pick<NodePorts, 'gatewayMAC' | 'v
   const { subnet, publicIP } = peer;
   const gateway = gatewayOf(subnet);
   const toTunnel = [A.setEthSrc(node.gatewayMAC), A.setEthDst(GLOBAL_VIRTUAL_MAC), A.setTunnel(publicIP, node.vni)];
-  return new FlowSet(cookieOf(round, Category.Peer, Number(subnet.ip.value)))
+  return new FlowSet(peerCookie(round, subnet))
     .add('arpResponder', 200, [M.arp, M.arpRequest, M.arpTargetIP(gateway)], [A.arpReply(gateway, GLOBAL_VIRTUAL_MAC)])
     .add('l3Forwarding', 200, [M.ip, M.source(Source.Pod), M.ipDst(subnet)], [...toTunnel, A.decTtl, A.goto('l2Forwarding')])
     .add('l3Forwarding', 200, [M.ip, M.source(Source.Gateway), M.ipDst(subnet)], [...toTunnel, A.goto('l2Forwarding')]).flows;

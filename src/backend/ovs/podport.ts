@@ -1,13 +1,15 @@
 // A pod's port on the ovs backend's bridge, for the CNI plugins (veth pods and SR-IOV representors):
 // attach = add the host-side interface with the pod's external_ids and install the pod's flows;
-// detach = remove the flows (by the pod's cookie) and the port. Both run under the flow lock the
-// daemon holds while it rewrites the table, so neither undoes the other. The daemon rebuilds the
-// same flows from the same external_ids on every pass, so what is installed here is never drift.
+// detach = remove the flows (by the pod's cookie) and the port. Each touches only that pod: no
+// other port is read and no other flow is written (a pod's flows are found by its cookie, category
+// 3 with the ofport as id). Both run under the flow lock the daemon holds while it rewrites the
+// whole table (start-up, a repair), so neither undoes the other. The daemon rebuilds the same flows
+// from the same external_ids on every full pass, so what is installed here is never drift.
 import { type IPAddr } from '../../util/ip.js';
 import { withFileLock } from '../../util/flock.js';
 import type { OvsClient } from '../../ovs/cli.js';
 import { flowLockPath, MAX_OFPORT, parseRound, podIdsProblem, portNameProblem, POD_IDS, ROUND_KEY } from './bridge.js';
-import { Category, cookieOf, macFromIP, OBJECT_MASK, podFlows, renderFlows } from './pipeline.js';
+import { macFromIP, OBJECT_MASK, podCookie, podFlows, renderFlowMods, type FlowMod } from './pipeline.js';
 
 export interface PodPortSpec {
   readonly bridge: string;
@@ -72,9 +74,13 @@ export function attachPodPort(ovs: OvsClient, spec: PodPortSpec): Promise<number
     if (!Number.isInteger(ofport) || ofport <= 0 || ofport > MAX_OFPORT) {
       throw new PodPortError(`Open vSwitch did not attach ${hostIface} to ${bridge} (ofport ${ofportText.trim() || 'unset'})`);
     }
+    // The round of the table: what weftd persisted once its table converged (a weftd starting
+    // right now rewrites these flows under its new round in its first full pass, under this lock).
     const round = parseRound(roundText) ?? 1;
     const flows = podFlows(round, { gatewayMAC: macFromIP(spec.gateway) }, { ofport, ip: spec.ip, mac: spec.mac.toLowerCase() });
-    await ovs.addFlows(bridge, renderFlows(flows));
+    // One bundle: whatever a port that had this ofport before left (any round), then this pod's flows.
+    const mods: FlowMod[] = [{ op: 'delete', cookie: podCookie(0, ofport), mask: OBJECT_MASK }, ...flows.map((flow): FlowMod => ({ op: 'add', flow }))];
+    await ovs.bundleFlowMods(bridge, renderFlowMods(mods));
     return ofport;
   });
 }
@@ -84,7 +90,7 @@ export function detachPodPort(ovs: OvsClient, bridge: string, pod: { containerId
   return lockOf(ovs, bridge, async () => {
     const rows = await findPodInterfaces(ovs, pod);
     for (const { name, ofport } of rows) {
-      if (ofport > 0) await ovs.delFlowsByCookie(bridge, cookieOf(0, Category.Pod, ofport), OBJECT_MASK);
+      if (ofport > 0) await ovs.delFlowsByCookie(bridge, podCookie(0, ofport), OBJECT_MASK);
       await ovs.vsctl(['--if-exists', 'del-port', name]); // whichever bridge it is on
     }
     return rows.length > 0;
