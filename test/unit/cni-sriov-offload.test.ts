@@ -29,7 +29,7 @@ interface Iface {
   ids: Map<string, string>;
 }
 
-/** An in-memory OVSDB and flow table behind OvsClient's three entry points. */
+/** An in-memory OVSDB and flow table behind OvsClient's entry points. */
 class FakeOvs extends OvsClient {
   readonly bridges = new Set(['br-int']);
   readonly ifaces = new Map<string, Iface>();
@@ -85,6 +85,17 @@ class FakeOvs extends OvsClient {
   override async delFlowsByCookie(_bridge: string, cookie: bigint, mask: bigint): Promise<string> {
     const gone = this.flows.filter((f) => (BigInt(/cookie=(0x[0-9a-f]+)/.exec(f)![1]!) & mask) === (cookie & mask));
     for (const f of gone) this.flows.splice(this.flows.indexOf(f), 1);
+    return '';
+  }
+
+  /** `add <flow>` and `delete cookie=C/M` lines, in order (as one bundle applies them). */
+  override async bundleFlowMods(bridge: string, mods: string): Promise<string> {
+    for (const line of mods.split('\n').filter(Boolean)) {
+      const del = /^delete cookie=(0x[0-9a-f]+)\/(0x[0-9a-f]+)$/.exec(line);
+      if (del) await this.delFlowsByCookie(bridge, BigInt(del[1]!), BigInt(del[2]!));
+      else if (line.startsWith('add ')) this.flows.push(line.slice(4));
+      else throw new Error(`FakeOvs: unexpected flow mod ${line}`);
+    }
     return '';
   }
 }
