@@ -25,27 +25,47 @@
 // Run as root. The machine's own network namespace is never touched; namespaces, etcd, weftd and
 // the helper are removed in `finally` and on SIGINT/SIGTERM.
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { cpus, endianness, tmpdir, totalmem } from 'node:os';
-import { join, relative } from 'node:path';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
 
 import { Etcd3, type IRequestOp } from 'etcd3';
-import { Protocol, RawNetlinkSocket } from 'netlink';
 
-import { Netlink, WEFT_ROUTE_PROTOCOL } from '../src/netlink/index.js';
-import { align4, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, readS32, readU16, readU32 } from '../src/netlink/wire.js';
+import { WEFT_ROUTE_PROTOCOL } from '../src/netlink/index.js';
 import { encodeLeaseAttrs, makeSubnetKey } from '../src/subnet/codec.js';
-import { IPAddr, IPNet } from '../src/util/ip.js';
 import { addNetns, delNetns, ipn, nsPrefix, sh } from '../test/helpers/netns.js';
 import { WaitAbort, waitFor } from '../test/helpers/wait.js';
 import { WeftdProcess } from '../test/helpers/weftd.js';
+import {
+  BenchError,
+  checkCompiled,
+  CpuMeter,
+  cpuText,
+  f0,
+  f1,
+  f2,
+  fetchText,
+  initClockTicks,
+  loadavg,
+  logLines,
+  logTime,
+  machineFacts,
+  median,
+  metricValue,
+  peers,
+  printTable,
+  ROOT,
+  rssOf,
+  wall,
+  type CpuSplit,
+} from './lib/common.js';
+import { KernelCounter, pollConverged, VXLAN, type Counts, type PollResult } from './lib/kernel-counter.js';
 
 const run = promisify(execFile);
 const SELF = fileURLToPath(import.meta.url);
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 const { values: args } = parseArgs({
   options: {
@@ -70,59 +90,9 @@ const CONFIG_KEY = '/coreos.com/network/config';
 const CONFIG = JSON.stringify({ Network: '10.0.0.0/8', SubnetLen: 24, Backend: { Type: 'vxlan' } });
 const HEALTHZ_PORT = 8081;
 const NODE_IP = '172.16.0.1';
-const VXLAN = 'flannel.1';
 /** flannel's device: VNI 1, the kernel's default port, no learning; MTU of eth0 minus 50. */
 const VXLAN_ARGS = ['type', 'vxlan', 'id', '1', 'local', NODE_IP, 'dev', 'eth0', 'dstport', '8472', 'nolearning'];
 const CONVERGE_TIMEOUT_MS = 120_000;
-const NUD_PERMANENT = 0x80;
-const NLM_F_DUMP = 0x300;
-const NLM_F_DUMP_INTR = 0x10;
-const RTM_GETROUTE = 26;
-const RTM_GETNEIGH = 30;
-const RTN_UNICAST = 1;
-const AF_INET = 2;
-const AF_BRIDGE = 7;
-const MAIN_TABLE = 254;
-
-/** Wall-clock milliseconds with sub-millisecond resolution, comparable across processes. */
-const wall = (): number => performance.timeOrigin + performance.now();
-
-class BenchError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'BenchError';
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Peers: the same N leases for etcd (weft) and for the batch files (iproute2).
-
-interface Peer {
-  readonly subnet: IPNet;
-  readonly mac: string;
-  readonly pub: IPAddr;
-}
-
-const hex2 = (v: number): string => (v & 255).toString(16).padStart(2, '0');
-const SUBNET_BASE = IPAddr.parse('10.1.0.0').value;
-const PUBLIC_BASE = IPAddr.parse('172.16.1.0').value;
-
-function peer(i: number): Peer {
-  return {
-    subnet: IPNet.of(IPAddr.of(4, SUBNET_BASE + BigInt(i) * 256n), 24),
-    mac: `0e:00:00:${hex2(i >> 16)}:${hex2(i >> 8)}:${hex2(i)}`,
-    pub: IPAddr.of(4, PUBLIC_BASE + BigInt(i)),
-  };
-}
-const peerCache = new Map<number, Peer[]>();
-function peers(n: number): Peer[] {
-  let p = peerCache.get(n);
-  if (!p) {
-    p = Array.from({ length: n }, (_, i) => peer(i));
-    peerCache.set(n, p);
-  }
-  return p;
-}
 
 // ---------------------------------------------------------------------------------------------
 // The helper inside the node namespace, driven over Node's IPC channel.
@@ -137,12 +107,6 @@ interface WriteResult {
   readonly bytes: number;
 }
 
-interface Counts {
-  readonly routes: number;
-  readonly neighbours: number;
-  readonly fdb: number;
-}
-
 interface ConvergeRequest {
   readonly n: number;
   /** Write the N leases in one transaction first and time from that write. */
@@ -153,17 +117,7 @@ interface ConvergeRequest {
   readonly trace: boolean;
 }
 
-interface ConvergeResult {
-  readonly startAt: number;
-  /** End of the poll that found everything present: an upper bound of the convergence instant. */
-  readonly doneAt: number;
-  /** End of the dump that first showed all N routes. */
-  readonly routesAt: number;
-  /** Start of the previous poll, which did not: a lower bound. */
-  readonly lastMissAt: number | null;
-  readonly polls: number;
-  readonly pollMedianMs: number;
-  readonly pollMaxMs: number;
+interface ConvergeResult extends PollResult {
   readonly write: WriteResult | null;
 }
 
@@ -205,139 +159,6 @@ interface AgentReplyMsg {
   readonly error?: string;
 }
 
-interface Dumping {
-  readonly seq: number;
-  readonly match: (b: Buffer, payload: number) => boolean;
-  count: number;
-  interrupted: boolean;
-  resolve(v: number | null): void;
-  reject(e: Error): void;
-}
-
-/**
- * Counts kernel entries from dumps on a raw rtnetlink socket, looking only at the fixed header of
- * each message (no attribute decoding, no object per message): cheap enough to poll while weftd
- * works on the other core.
- */
-class KernelCounter {
-  private readonly raw = new RawNetlinkSocket(Protocol.ROUTE, { recvBufferSize: 4 << 20, sendBufferSize: 1 << 20 });
-  private readonly nl = Netlink.open();
-  private seq = 1;
-  private current: Dumping | null = null;
-
-  constructor() {
-    this.raw.on('message', (b: Buffer) => this.receive(b));
-    this.raw.on('error', (e: Error) => this.current?.reject(e));
-  }
-
-  private receive(b: Buffer): void {
-    const cur = this.current;
-    for (let off = 0; cur && off + NLMSG_HDRLEN <= b.length; ) {
-      const len = readU32(b, off);
-      if (len < NLMSG_HDRLEN || off + len > b.length) break;
-      if (readU32(b, off + 8) === cur.seq) {
-        const type = readU16(b, off + 4);
-        if ((readU16(b, off + 6) & NLM_F_DUMP_INTR) !== 0) cur.interrupted = true;
-        if (type === NLMSG_DONE) {
-          this.current = null;
-          cur.resolve(cur.interrupted ? null : cur.count);
-          return;
-        }
-        if (type === NLMSG_ERROR) {
-          this.current = null;
-          cur.reject(new BenchError(`netlink dump failed: errno ${-readS32(b, off + NLMSG_HDRLEN)}`));
-          return;
-        }
-        if (cur.match(b, off + NLMSG_HDRLEN)) cur.count++;
-      }
-      off += align4(len);
-    }
-  }
-
-  /** Entries of a dump that `match` accepts; null when the kernel marked it inconsistent. */
-  private dump(type: number, family: number, match: (b: Buffer, payload: number) => boolean): Promise<number | null> {
-    if (this.current) return Promise.reject(new BenchError('one dump at a time'));
-    const seq = this.seq++;
-    // nlmsghdr + a zeroed rtmsg/ndmsg (12 bytes each) carrying only the family.
-    const req = Buffer.alloc(NLMSG_HDRLEN + 12);
-    const le = endianness() === 'LE';
-    const u32 = (v: number, o: number) => (le ? req.writeUInt32LE(v, o) : req.writeUInt32BE(v, o));
-    const u16 = (v: number, o: number) => (le ? req.writeUInt16LE(v, o) : req.writeUInt16BE(v, o));
-    u32(req.length, 0);
-    u16(type, 4);
-    u16(NLM_F_REQUEST | NLM_F_DUMP, 6);
-    u32(seq, 8);
-    req[NLMSG_HDRLEN] = family;
-    return new Promise((resolve, reject) => {
-      this.current = { seq, match, count: 0, interrupted: false, resolve, reject };
-      this.raw.send(req, {}, (err) => {
-        if (err && this.current?.seq === seq) {
-          this.current = null;
-          reject(err);
-        }
-      });
-    });
-  }
-
-  /** IPv4 /24 unicast routes in the main table with weft's protocol number. */
-  routes(): Promise<number | null> {
-    // struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type
-    return this.dump(RTM_GETROUTE, AF_INET, (b, p) => b[p] === AF_INET && b[p + 1] === 24 && b[p + 4] === MAIN_TABLE && b[p + 5] === WEFT_ROUTE_PROTOCOL && b[p + 7] === RTN_UNICAST);
-  }
-
-  /** Permanent entries of one device in an ARP (AF_INET) or FDB (AF_BRIDGE) dump. */
-  permanentNeigh(family: number, ifindex: number): Promise<number | null> {
-    // struct ndmsg: family u8, pad u8, pad u16, ifindex s32, state u16, flags u8, type u8
-    return this.dump(RTM_GETNEIGH, family, (b, p) => b[p] === family && readS32(b, p + 4) === ifindex && (readU16(b, p + 8) & NUD_PERMANENT) !== 0);
-  }
-
-  async vxlanIndex(): Promise<number | null> {
-    return (await this.nl.link(VXLAN))?.index ?? null;
-  }
-
-  async counts(): Promise<Counts> {
-    const vx = await this.vxlanIndex();
-    const routes = (await this.routes()) ?? -1;
-    if (vx === null) return { routes, neighbours: 0, fdb: 0 };
-    return {
-      routes,
-      neighbours: (await this.permanentNeigh(AF_INET, vx)) ?? -1,
-      fdb: (await this.permanentNeigh(AF_BRIDGE, vx)) ?? -1,
-    };
-  }
-
-  /** Every peer's entries exactly as weft means them (decoded, not timed). */
-  async verify(n: number): Promise<{ problems: string[]; total: number }> {
-    const problems: string[] = [];
-    const vx = await this.vxlanIndex();
-    if (vx === null) return { problems: [`no ${VXLAN}`], total: 1 };
-    const neigh = new Map((await this.nl.neighbours(vx, 4)).filter((e) => e.permanent).map((e) => [e.ip.toString(), e.mac]));
-    const fdb = new Map((await this.nl.fdb(vx)).filter((e) => e.permanent && e.self).map((e) => [e.mac, e.dst?.toString() ?? null]));
-    const routes = new Map(
-      (await this.nl.routes({ family: 4, table: MAIN_TABLE, protocol: WEFT_ROUTE_PROTOCOL })).map((r) => [r.dst.toString(), r]),
-    );
-    if (neigh.size !== n) problems.push(`${neigh.size} permanent neighbours, expected ${n}`);
-    if (fdb.size !== n) problems.push(`${fdb.size} FDB entries, expected ${n}`);
-    if (routes.size !== n) problems.push(`${routes.size} proto ${WEFT_ROUTE_PROTOCOL} routes, expected ${n}`);
-    for (const p of peers(n)) {
-      const gw = p.subnet.ip.toString();
-      if (neigh.get(gw) !== p.mac) problems.push(`neighbour ${gw}: ${neigh.get(gw) ?? 'missing'}, expected ${p.mac}`);
-      if (fdb.get(p.mac) !== p.pub.toString()) problems.push(`fdb ${p.mac}: ${fdb.get(p.mac) ?? 'missing'}, expected dst ${p.pub.toString()}`);
-      const r = routes.get(p.subnet.toString());
-      const form = r ? `via ${r.gateway?.toString() ?? '-'} oif ${r.oif ?? '-'}${r.onlink ? ' onlink' : ''} nhid ${r.nhid ?? '-'}` : 'missing';
-      if (!r || r.gateway?.toString() !== gw || r.oif !== vx || !r.onlink || r.nhid === null) {
-        problems.push(`route ${p.subnet.toString()}: ${form}, expected via ${gw} dev ${VXLAN} onlink through a nexthop object`);
-      }
-    }
-    return { problems: problems.slice(0, 5), total: problems.length };
-  }
-
-  close(): void {
-    this.raw.close();
-    this.nl.close();
-  }
-}
-
 class Agent {
   private readonly etcd = new Etcd3({ hosts: ETCD_URL, dialTimeout: 3000 });
   private readonly kernel = new KernelCounter();
@@ -368,7 +189,7 @@ class Agent {
       );
       return { watchers: watchers.v };
     },
-    verify: ({ n }) => this.kernel.verify(n),
+    verify: ({ n }) => this.kernel.verifyVxlan(Array.from({ length: n }, (_, i) => i)),
     metrics: async () => {
       const text = await fetchText(`http://127.0.0.1:${HEALTHZ_PORT}/metrics`);
       return {
@@ -415,70 +236,15 @@ class Agent {
   private async converge(req: ConvergeRequest): Promise<ConvergeResult> {
     const prepared = req.burst ? await this.prepareWrite(req.n) : null;
     const writing = prepared ? this.commit(prepared) : null;
-    const startAt = wall();
-    const deadline = startAt + req.timeoutMs;
-    const cycles: number[] = [];
-    let lastMissAt: number | null = null;
-    let routesAt: number | null = null;
-    let neighOk = false;
-    let fdbOk = false;
-    const last = { routes: 0, neighbours: 0, fdb: 0 };
-    while (true) {
-      const t0 = wall();
-      if (routesAt === null) {
-        last.routes = (await this.kernel.routes()) ?? -1;
-        if (last.routes >= req.n) routesAt = wall();
-      }
-      const vx = routesAt !== null ? await this.kernel.vxlanIndex() : null;
-      if (vx !== null && !neighOk) {
-        last.neighbours = (await this.kernel.permanentNeigh(AF_INET, vx)) ?? -1;
-        neighOk = last.neighbours >= req.n;
-      }
-      if (vx !== null && neighOk && !fdbOk) {
-        last.fdb = (await this.kernel.permanentNeigh(AF_BRIDGE, vx)) ?? -1;
-        fdbOk = last.fdb >= req.n;
-      }
-      const t1 = wall();
-      cycles.push(t1 - t0);
-      if (req.trace) process.stderr.write(`poll +${f1(t0 - startAt)} ms took ${f1(t1 - t0)} ms: ${JSON.stringify(last)}\n`);
-      if (routesAt !== null && neighOk && fdbOk) {
-        const write = writing ? await writing : null;
-        const sorted = [...cycles].sort((x, y) => x - y);
-        return {
-          startAt: write?.startAt ?? startAt,
-          doneAt: t1,
-          routesAt,
-          lastMissAt,
-          polls: cycles.length,
-          pollMedianMs: sorted[Math.floor(sorted.length / 2)]!,
-          pollMaxMs: sorted[sorted.length - 1]!,
-          write,
-        };
-      }
-      lastMissAt = t0;
-      if (t1 > deadline) throw new BenchError(`not converged after ${req.timeoutMs} ms: ${JSON.stringify(last)} of ${req.n}`);
-      await sleep(req.pollMs);
-    }
+    const res = await pollConverged(this.kernel, { n: req.n, routesOnly: false, pollMs: req.pollMs, timeoutMs: req.timeoutMs, trace: req.trace }, wall);
+    const write = writing ? await writing : null;
+    return { ...res, startAt: write?.startAt ?? res.startAt, write };
   }
 
   close(): void {
     this.kernel.close();
     this.etcd.close();
   }
-}
-
-async function fetchText(url: string): Promise<string> {
-  const res = await fetch(url, { signal: AbortSignal.timeout(5000) });
-  if (!res.ok) throw new BenchError(`GET ${url}: HTTP ${res.status}`);
-  return res.text();
-}
-
-/** The value of an unlabelled Prometheus sample, or null when absent. */
-function metricValue(text: string, name: string): number | null {
-  for (const line of text.split('\n')) {
-    if (line.startsWith(`${name} `)) return Number(line.slice(name.length + 1));
-  }
-  return null;
 }
 
 function runAgent(): void {
@@ -546,91 +312,20 @@ class AgentClient {
   }
 }
 
-// CPU accounting from /proc, to see what else ran during a measurement (this machine is shared).
-let CLK_TCK = 100;
-function procTicks(pid: number | 'self'): { own: number; children: number } {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return { own: Number(f[11]) + Number(f[12]), children: Number(f[13]) + Number(f[14]) };
-  } catch {
-    return { own: 0, children: 0 };
-  }
-}
-function machineBusyTicks(): number {
-  const f = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1).map(Number);
-  // user nice system idle iowait irq softirq steal
-  return f[0]! + f[1]! + f[2]! + f[5]! + f[6]! + f[7]!;
-}
-
-interface CpuSplit {
-  /** CPU milliseconds during the measurement. */
-  readonly weftd: number;
-  readonly etcd: number;
-  readonly agent: number;
-  /** ip/bridge children of the bench plus the bench itself. */
-  readonly bench: number;
-  readonly rest: number;
-  readonly wallMs: number;
-}
-
-class CpuMeter {
-  private readonly t0 = wall();
-  private readonly busy0 = machineBusyTicks();
-  private readonly start: Map<string, number>;
-
-  constructor(private readonly pids: () => Record<'weftd' | 'etcd' | 'agent', number | undefined>) {
-    this.start = this.sample();
-  }
-
-  private sample(): Map<string, number> {
-    const m = new Map<string, number>();
-    for (const [k, pid] of Object.entries(this.pids())) m.set(k, pid ? procTicks(pid).own : 0);
-    const self = procTicks('self');
-    m.set('bench', self.own + self.children);
-    return m;
-  }
-
-  stop(): CpuSplit {
-    const end = this.sample();
-    const ms = (k: string) => ((end.get(k) ?? 0) - (this.start.get(k) ?? 0)) * (1000 / CLK_TCK);
-    const busy = (machineBusyTicks() - this.busy0) * (1000 / CLK_TCK);
-    const known = ms('weftd') + ms('etcd') + ms('agent') + ms('bench');
-    return { weftd: ms('weftd'), etcd: ms('etcd'), agent: ms('agent'), bench: ms('bench'), rest: Math.max(0, busy - known), wallMs: wall() - this.t0 };
-  }
-}
-
 const heapText = (m: WeftMetrics): string => `${f0(m.heapUsedMB)} / ${f0(m.heapTotalMB)} + ${f0(m.externalMB)}`;
 
-function rssOf(pid: number): { rssMB: number; hwmMB: number } {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const kb = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN);
-  return { rssMB: kb('VmRSS') / 1024, hwmMB: kb('VmHWM') / 1024 };
-}
-
-interface LogLine {
-  readonly time: string;
-  readonly msg: string;
-  readonly [field: string]: unknown;
-}
-
-function logLines(output: string): LogLine[] {
-  const out: LogLine[] = [];
-  for (const line of output.split('\n')) {
-    if (!line.startsWith('{')) continue;
-    try {
-      const v = JSON.parse(line) as LogLine;
-      if (typeof v.time === 'string' && typeof v.msg === 'string') out.push(v);
-    } catch {
-      // a partial line: the next read completes it
-    }
+/**
+ * When weftd logged the batch that brought the lease events it applied since it started to n
+ * (each "applied lease events" line counts its batch's events; a burst may take several batches).
+ */
+function appliedTime(output: string, n: number): number | null {
+  let sum = 0;
+  for (const l of logLines(output)) {
+    if (l.msg !== 'applied lease events') continue;
+    sum += typeof l.events === 'number' ? l.events : 0;
+    if (sum >= n) return Date.parse(l.time);
   }
-  return out;
-}
-
-function logTime(output: string, match: (l: LogLine) => boolean): number | null {
-  const l = logLines(output).find(match);
-  return l ? Date.parse(l.time) : null;
+  return null;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -796,7 +491,7 @@ class Bench {
     const applied = await waitFor(
       () => {
         if (!w.running) throw new WaitAbort(`weftd exited:\n${w.output.slice(-4000)}`);
-        return logTime(w.output, (l) => l.msg === 'applied lease events' && l.peers === n);
+        return appliedTime(w.output, n);
       },
       { timeoutMs: 30_000, what: `weftd to log the applied batch (${tag})` },
     );
@@ -993,61 +688,11 @@ class Bench {
 // ---------------------------------------------------------------------------------------------
 // Reporting
 
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].filter((x) => !Number.isNaN(x)).sort((a, b) => a - b);
-  if (s.length === 0) return NaN;
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
-const f0 = (x: number): string => (Number.isNaN(x) ? '–' : x.toFixed(0));
-const f1 = (x: number): string => (Number.isNaN(x) ? '–' : x.toFixed(1));
-const f2 = (x: number): string => (Number.isNaN(x) ? '–' : x.toFixed(2));
-const cpuText = (c: CpuSplit): string =>
-  `weftd ${f0(c.weftd)}, etcd ${f0(c.etcd)}, poller/writer ${f0(c.agent)}, bench+ip/bridge ${f0(c.bench)}, rest of machine ${f0(c.rest)} ms CPU in ${f0(c.wallMs)} ms`;
-
 interface SizeResults {
   start: StartResult[];
   burst: BurstResult[];
   ref: RefResult[];
   refNh: RefResult[];
-}
-
-function printTable(header: string[], rows: string[][]): void {
-  console.log(`| ${header.join(' | ')} |`);
-  console.log(`|${header.map(() => '---').join('|')}|`);
-  for (const r of rows) console.log(`| ${r.join(' | ')} |`);
-}
-
-async function machineFacts(daemon: string): Promise<void> {
-  const cpu = cpus();
-  const tool = async (cmd: string, a: string[]) => (await sh(cmd, a).catch((e: Error) => e.message)).split('\n')[0]!.trim();
-  const [ipv, etcdv, kernel] = await Promise.all([tool('ip', ['-V']), tool('etcd', ['--version']), tool('uname', ['-r'])]);
-  const others = existsSync('/var/run/netns') ? readdirSync('/var/run/netns').filter((n) => !n.startsWith(nsPrefix('cv'))).length : 0;
-  console.log(`machine: ${cpu.length} × ${cpu[0]?.model ?? '?'}, ${(totalmem() / 1024 ** 3).toFixed(1)} GiB, kernel ${kernel}`);
-  console.log(`software: node ${process.version}, ${etcdv}, ${ipv}; weftd ${daemon}`);
-  console.log(`load average at start: ${loadavg()}; other network namespaces present (other tests running?): ${others}`);
-}
-
-const loadavg = (): string => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
-
-/** The compiled daemon must not be older than its sources: the bench would time stale code. */
-function checkCompiled(): string {
-  const stale: string[] = [];
-  const walk = (dir: string): void => {
-    for (const e of readdirSync(dir, { withFileTypes: true })) {
-      const p = join(dir, e.name);
-      if (e.isDirectory()) walk(p);
-      else if (e.name.endsWith('.ts')) {
-        const js = join(ROOT, 'dist', relative(ROOT, p).replace(/\.ts$/, '.js'));
-        if (!existsSync(js) || statSync(js).mtimeMs < statSync(p).mtimeMs) stale.push(relative(ROOT, p));
-      }
-    }
-  };
-  walk(join(ROOT, 'src'));
-  if (stale.length > 0) {
-    throw new BenchError(`dist/ is missing or older than ${stale.slice(0, 3).join(', ')}${stale.length > 3 ? ` and ${stale.length - 3} more` : ''}: run \`npm run build\`, or pass --daemon source`);
-  }
-  return `compiled (dist/, built ${statSync(join(ROOT, 'dist/src/cli/weftd.js')).mtime.toISOString()})`;
 }
 
 async function main(): Promise<void> {
@@ -1062,8 +707,8 @@ async function main(): Promise<void> {
   const daemon = args.daemon === 'compiled' ? checkCompiled() : 'from source (tsx)';
   const daemonEnv: NodeJS.ProcessEnv = { WEFT_FROM_SOURCE: args.daemon === 'source' ? '1' : '' };
   if (cpuProfDir) mkdirSync(cpuProfDir, { recursive: true });
-  CLK_TCK = Number((await sh('getconf', ['CLK_TCK'])).trim()) || 100;
-  await machineFacts(daemon);
+  await initClockTicks();
+  await machineFacts(daemon, 'cv');
 
   const bench = new Bench(daemonEnv, args['reconcile-interval'], Number(args['settle-ms']), Math.max(...sizes));
   const onSignal = (sig: NodeJS.Signals) => {

@@ -1,21 +1,26 @@
 // The ovs backend's programming speed at 1 000 peers and 200 local pods, next to the floor for the
-// same work measured in the same run (issue 8). No packet is sent; what is timed is OpenFlow and
-// kernel state.
+// same work measured in the same run (issues 8, 15). No packet is sent; what is timed is OpenFlow
+// and kernel state.
 //
-// Measured, per run, with the real OvsBackend (prepare → start(lease) → pods → apply(batch, peers)):
+// Measured, per run, with the real OvsBackend (prepare → start(lease) → pods → apply(batch)):
+//   pods: attachPodPort + detachPodPort of one probe pod, --samples times, on a bridge with no other
+//       pod ("pod 1") and again with --pods − 1 others ("pod 200"), as the CNI plugin's OVS part;
+//       every other pod's attachPodPort is timed too;
 //   (a) "lease set known" → "complete flow set installed and every host route in the kernel": one
 //       apply() with all N peer leases, on a bridge that already holds the node's and the pods'
-//       flows (start() put them there);
-//   (b) one peer added on top: apply() with N + 1 leases;
-//   and, untimed by (a)/(b) but reported, prepare(), start(lease) and every attachPodPort().
+//       flows (start() and the plugin put them there) — the first pass after start;
+//   (b) one peer added: apply([added]) on top of (a) — an event, a delta — and (c) the same peer
+//       removed: apply([removed]); --samples pairs, alternating with the references.
 // References, same run, same namespace, same ovs-vswitchd:
 //   - `ovs-ofctl -O OpenFlow15 --bundle add-flows` of exactly the flow file of (a) onto an empty
-//     bridge `br-ref` (the floor for installing that table);
-//   - `ovs-ofctl --bundle replace-flows` of the N + 1 file onto br-ref holding the N table (b);
-//   - `ip -batch` of the N host routes (`route add S via G dev D onlink proto 88`, weft's form) on a
-//     veth of its own, in table 100 (weft's routes to the same subnets may be in main), and one `ip route add` for (b).
+//     bridge `br-ref` (the floor for installing that table), and `ip -batch` of the N host routes
+//     (`route add S via G dev D onlink proto 88`, weft's form) on a veth of its own, in table 100;
+//   - for (b) `ovs-ofctl --bundle add-flows` of the peer's 3 flows onto br-ref holding the (a) table
+//     plus one `ip route add`; for (c) `ovs-ofctl --bundle del-flows cookie=<peer>/-1` plus one
+//     `ip route del`.
 // Every measurement is checked afterwards: dump-flows count and `diff-flows` against the expected
-// table (empty), round number, route count and form. A failed check ends the bench with status 1.
+// table (empty) after (a) and after the last (b) and (c), the peer's flows and route after each
+// sample, the round number, route count and form. A failed check ends the bench with status 1.
 //
 // Layout: one namespace `wt-bovs-<pid>` holding a private Open vSwitch (userspace "netdev" datapath,
 // run/db/log dirs in a temporary directory, test/helpers/ovs.ts). The backend programs weft-gw0 and
@@ -23,7 +28,7 @@
 // inside that namespace (`ip netns exec <ns> node --import tsx bench/ovs.ts --inner …`); it prints
 // its results as one JSON line, which the outer process turns into the table.
 //
-//   node --import tsx bench/ovs.ts [--runs 3] [--peers 1000] [--pods 200]
+//   node --import tsx bench/ovs.ts [--runs 3] [--peers 1000] [--pods 200] [--samples 20]
 //
 // Run as root. The machine's own network namespace is never touched (the inner part refuses to run
 // there); the namespace, the OVS daemons and the temporary directory are removed in `finally` and
@@ -38,8 +43,8 @@ import { parseArgs, promisify } from 'node:util';
 import type { BackendContext } from '../src/backend/backend.js';
 import { GATEWAY_PORT_NAME, listPodInterfaces, nextRound, readRound, TUNNEL_PORT_NAME } from '../src/backend/ovs/bridge.js';
 import { OvsBackend, parseOvsOptions } from '../src/backend/ovs/ovs.js';
-import { desiredFlows, gatewayOf, macFromIP, renderFlows, type NodePorts, type PeerNode } from '../src/backend/ovs/pipeline.js';
-import { attachPodPort } from '../src/backend/ovs/podport.js';
+import { desiredFlows, gatewayOf, macFromIP, peerCookie, peerFlows, podCookie, podFlows, renderFlows, type NodePorts, type PeerNode } from '../src/backend/ovs/pipeline.js';
+import { attachPodPort, detachPodPort } from '../src/backend/ovs/podport.js';
 import type { ExternalInterface } from '../src/backend/backend.js';
 import { Netlink, WEFT_ROUTE_PROTOCOL } from '../src/netlink/index.js';
 import { OvsClient } from '../src/ovs/cli.js';
@@ -61,6 +66,7 @@ const { values: args } = parseArgs({
     runs: { type: 'string', default: '3' },
     peers: { type: 'string', default: '1000' },
     pods: { type: 'string', default: '200' },
+    samples: { type: 'string', default: '20' },
     inner: { type: 'boolean', default: false },
     'run-dir': { type: 'string' },
     'work-dir': { type: 'string' },
@@ -165,6 +171,27 @@ class TimedOvsClient extends OvsClient {
   }
 }
 
+type Calls = Record<string, { n: number; ms: number }>;
+
+/** A probe phase: the pod's attach/detach by weft (with its OVS processes) and by hand. */
+interface Probe {
+  readonly attachMs: number[];
+  readonly detachMs: number[];
+  readonly calls: Calls[];
+  readonly refAttachMs: number[];
+  readonly refDetachMs: number[];
+}
+
+/** One event sample: weft's apply(), the reference's two commands, and the OVS processes weft ran. */
+interface EventSample {
+  readonly weftMs: number;
+  readonly refFlowsMs: number;
+  readonly refRouteMs: number;
+  /** The same ovs-ofctl command on br-int itself, for another peer not in the set (what the bridge's size and ports cost). */
+  readonly refBrIntFlowsMs: number;
+  readonly calls: Calls;
+}
+
 interface RunResult {
   readonly run: number;
   readonly order: 'weft first' | 'references first';
@@ -172,23 +199,22 @@ interface RunResult {
   readonly load: string;
   readonly prepareMs: number;
   readonly startMs: number;
+  /** Every pod's attachPodPort, in order (the probe's samples not included). */
   readonly attachMs: number[];
+  /** The probe pod attached and detached on a bridge with no other pod, then with pods − 1 others. */
+  readonly first: Probe;
+  readonly last: Probe;
   readonly flowsA: number;
-  readonly flowsB: number;
   /** (a): the whole apply(), its part up to the end of the last OVS process, and the rest (host routes). */
   readonly applyMs: number;
   readonly applyFlowsMs: number;
   readonly applyRoutesMs: number;
-  readonly applyCalls: Record<string, { n: number; ms: number }>;
-  /** (b) */
-  readonly addMs: number;
-  readonly addFlowsMs: number;
-  readonly addRoutesMs: number;
-  readonly addCalls: Record<string, { n: number; ms: number }>;
+  readonly applyCalls: Calls;
   readonly refAddFlowsMs: number;
-  readonly refReplaceFlowsMs: number;
   readonly refIpBatchMs: number;
-  readonly refIpRouteAddMs: number;
+  /** (b) one peer added, (c) removed: one entry per sample. */
+  readonly add: EventSample[];
+  readonly remove: EventSample[];
 }
 
 interface InnerResult {
@@ -230,12 +256,15 @@ class Inner {
     private readonly dir: string,
     readonly nPeers: number,
     readonly nPods: number,
+    /** Samples per probe phase and per event kind. */
+    readonly samples: number,
   ) {
     this.plain = new OvsClient({ runDir, timeoutSeconds: 60 });
     this.leases = Array.from({ length: nPeers }, (_, i) => peerLease(i));
     this.extra = peerLease(nPeers);
     this.pods = Array.from({ length: nPods }, (_, i) => pod(i));
     if (nPods + 2 > 254) throw new BenchError('--pods: at most 252 (one /24)');
+    if (nPods < 2) throw new BenchError('--pods: at least 2 (the probe is the last one)');
   }
 
   private get env(): NodeJS.ProcessEnv {
@@ -329,6 +358,88 @@ class Inner {
     return (await this.nl.routes({ family: 4, table: REF_TABLE, oif: this.refIndex })).filter((r) => r.gateway !== null && r.onlink).length;
   }
 
+  /** Attaches pod `i` the way the CNI plugin does (after start: subnet.env exists). */
+  private attach(ovs: OvsClient, i: number): Promise<number> {
+    const p = this.pods[i]!;
+    return attachPodPort(ovs, {
+      bridge: BRIDGE,
+      hostIface: p.host,
+      containerId: `bench-${i}`,
+      ifName: 'eth0',
+      ip: p.ip,
+      mac: macFromIP(p.ip),
+      gateway: gatewayOf(OWN_SUBNET),
+      podName: `pod-${i}`,
+      podNamespace: 'bench',
+    });
+  }
+
+  /**
+   * ovs-vswitchd re-reads the routing table after every route change (its tunnel route cache),
+   * holding up OpenFlow requests meanwhile: each measured step starts once the last route change
+   * has been absorbed (two OpenFlow round trips), so no side pays for the one before.
+   */
+  private async settle(): Promise<void> {
+    for (let i = 0; i < 2; i++) await this.plain.dumpFlows(BRIDGE, 'cookie=0x1/-1');
+  }
+
+  /** `samples` × (attach, detach) of pod `i`; the pod's 5 flows are checked after each attach, their absence after each detach. */
+  private async probe(ovs: TimedOvsClient, i: number, round: number | null, others: number): Promise<Probe> {
+    const out: Probe = { attachMs: [], detachMs: [], calls: [], refAttachMs: [], refDetachMs: [] };
+    const r = round ?? 1;
+    const podFlowsOf = async (ofport: number) => (await this.plain.dumpFlows(BRIDGE, `cookie=0x${podCookie(r, ofport).toString(16)}/-1`)).length;
+    const weft = async (k: number) => {
+      await this.settle();
+      let t = performance.now();
+      const ofport = await this.attach(ovs, i);
+      const end = performance.now();
+      out.attachMs.push(end - t);
+      out.calls.push(ovs.between(t, end));
+      if ((await podFlowsOf(ofport)) !== 5) throw new BenchCheckError(`probe pod (${others} others) sample ${k}: its flows`, await podFlowsOf(ofport), 5);
+      await this.settle();
+      t = performance.now();
+      await detachPodPort(ovs, BRIDGE, { containerId: `bench-${i}`, ifName: 'eth0' });
+      out.detachMs.push(performance.now() - t);
+      if ((await podFlowsOf(ofport)) !== 0) throw new BenchCheckError(`probe pod (${others} others) sample ${k}: flows after detach`, await podFlowsOf(ofport), 0);
+    };
+    // The same OVS work by hand: the port with the same external_ids, its ofport, its 5 flows; then
+    // the flows by cookie and the port. The floor for a CLI-driven attach at this bridge size.
+    const p = this.pods[i]!;
+    const vsctl = (a: readonly string[]) => ['--db', `unix:${join(this.runDir, 'db.sock')}`, '--timeout=60', ...a];
+    const ids = Object.entries({ 'weft-container-id': `ref-${i}`, 'weft-ifname': 'eth0', 'weft-ip': p.ip.toString(), 'attached-mac': macFromIP(p.ip) }).map(
+      ([k, v]) => `external_ids:${k}=${JSON.stringify(v)}`,
+    );
+    const ref = async (k: number) => {
+      await this.settle();
+      let t = performance.now();
+      await tool('ovs-vsctl', vsctl(['--may-exist', 'add-port', BRIDGE, p.host, '--', 'set', 'interface', p.host, ...ids]));
+      const ofport = Number((await tool('ovs-vsctl', vsctl(['get', 'interface', p.host, 'ofport']))).trim());
+      const file = join(this.dir, 'ref-pod.txt');
+      writeFileSync(file, renderFlows(podFlows(r, { gatewayMAC: macFromIP(gatewayOf(OWN_SUBNET)) }, { ofport, ip: p.ip, mac: macFromIP(p.ip) })));
+      await tool('ovs-ofctl', ['-O', 'OpenFlow15', '--no-names', '--bundle', 'add-flows', `unix:${this.plain.mgmtSocket(BRIDGE)}`, file], this.env);
+      out.refAttachMs.push(performance.now() - t);
+      if ((await podFlowsOf(ofport)) !== 5) throw new BenchCheckError(`reference probe (${others} others) sample ${k}: its flows`, await podFlowsOf(ofport), 5);
+      await this.settle();
+      t = performance.now();
+      await tool('ovs-ofctl', ['-O', 'OpenFlow15', '--no-names', 'del-flows', `unix:${this.plain.mgmtSocket(BRIDGE)}`, `cookie=0x${podCookie(r, ofport).toString(16)}/-1`], this.env);
+      await tool('ovs-vsctl', vsctl(['--if-exists', 'del-port', BRIDGE, p.host]));
+      out.refDetachMs.push(performance.now() - t);
+      if ((await podFlowsOf(ofport)) !== 0) throw new BenchCheckError(`reference probe (${others} others) sample ${k}: flows after detach`, await podFlowsOf(ofport), 0);
+    };
+    for (let k = 0; k < this.samples; k++) {
+      if (k % 2 === 0) {
+        await weft(k);
+        await ref(k);
+      } else {
+        await ref(k);
+        await weft(k);
+      }
+    }
+    const ports = (await listPodInterfaces(this.plain, BRIDGE)).length;
+    if (ports !== others) throw new BenchCheckError('pod ports around the probe', ports, others);
+    return out;
+  }
+
   async runOnce(r: number): Promise<RunResult> {
     const log = (msg: string) => process.stderr.write(`[bench-ovs run ${r}] ${msg}\n`);
     await this.cleanSlate();
@@ -343,25 +454,21 @@ class Inner {
       await backend.start(own);
       const startMs = performance.now() - t;
 
-      // Pods attach the way the CNI plugin attaches them, after start (subnet.env exists).
+      // The probe is the last pod: attached and detached alone, then as the last of all.
+      const probe = this.nPods - 1;
+      const first = await this.probe(ovs, probe, await readRound(this.plain, BRIDGE), 0);
       const attachMs: number[] = [];
-      const gateway = gatewayOf(OWN_SUBNET);
-      for (const [i, p] of this.pods.entries()) {
+      for (let i = 0; i < probe; i++) {
         t = performance.now();
-        await attachPodPort(ovs, {
-          bridge: BRIDGE,
-          hostIface: p.host,
-          containerId: `bench-${i}`,
-          ifName: 'eth0',
-          ip: p.ip,
-          mac: macFromIP(p.ip),
-          gateway,
-          podName: `pod-${i}`,
-          podNamespace: 'bench',
-        });
+        await this.attach(ovs, i);
         attachMs.push(performance.now() - t);
       }
-      log(`prepare ${prepareMs.toFixed(0)} ms, start ${startMs.toFixed(0)} ms, ${this.nPods} pods attached in ${sum(attachMs).toFixed(0)} ms`);
+      const last = await this.probe(ovs, probe, await readRound(this.plain, BRIDGE), probe);
+      await this.attach(ovs, probe);
+      log(
+        `prepare ${prepareMs.toFixed(0)} ms, start ${startMs.toFixed(0)} ms, ${probe} pods attached in ${sum(attachMs).toFixed(0)} ms; ` +
+          `probe attach p90 ${quantile(first.attachMs, 0.9).toFixed(0)} ms alone, ${quantile(last.attachMs, 0.9).toFixed(0)} ms with ${probe} others`,
+      );
 
       // The bridge was created by this run, so the backend took round 1 (checked after (a)).
       const round = nextRound(null);
@@ -369,80 +476,120 @@ class Inner {
       const textA = await this.expectedFlows(round, this.leases);
       const textB = await this.expectedFlows(round, all);
       const fileA = join(this.dir, `flows-${r}-a.txt`);
-      const fileB = join(this.dir, `flows-${r}-b.txt`);
+      const filePeer = join(this.dir, `flows-${r}-peer.txt`);
       writeFileSync(fileA, textA);
-      writeFileSync(fileB, textB);
+      const gatewayIP = gatewayOf(OWN_SUBNET);
+      writeFileSync(filePeer, renderFlows(peerFlows(round, { vni: 1, gatewayMAC: macFromIP(gatewayIP) }, peerNode(this.extra))));
+      const peerSelector = `cookie=0x${peerCookie(round, this.extra.subnet!).toString(16)}/-1`;
+      // A peer weft is never told about, for the reference on br-int itself.
+      const other = peerLease(this.nPeers + 1);
+      const fileOther = join(this.dir, `flows-${r}-other.txt`);
+      writeFileSync(fileOther, renderFlows(peerFlows(round, { vni: 1, gatewayMAC: macFromIP(gatewayOf(OWN_SUBNET)) }, peerNode(other))));
+      const otherSelector = `cookie=0x${peerCookie(round, other.subnet!).toString(16)}/-1`;
       const routesFile = join(this.dir, `routes-${r}.batch`);
       const routeLine = (l: Lease) => `${l.subnet!.toString()} via ${gatewayOf(l.subnet!).toString()} dev ${REF_DEV} onlink proto ${WEFT_ROUTE_PROTOCOL} table ${REF_TABLE}`;
       writeFileSync(routesFile, this.leases.map((l) => `route add ${routeLine(l)}\n`).join(''));
-
-      const weft = async () => {
-        const batch: LeaseEvent[] = this.leases.map((lease) => ({ type: 'added', lease }));
-        const t0 = performance.now();
-        await backend.apply(batch);
-        const t1 = performance.now();
-        const flowsA = await this.checkFlows(BRIDGE, textA, '(a) weft');
-        await this.checkWeftRoutes(this.leases, '(a) weft');
-        const saved = await readRound(this.plain, BRIDGE);
-        if (saved !== round) throw new BenchCheckError('(a) round saved on the bridge', saved, round);
-
-        const t2 = performance.now();
-        await backend.apply([{ type: 'added', lease: this.extra }]);
-        const t3 = performance.now();
-        const flowsB = await this.checkFlows(BRIDGE, textB, '(b) weft');
-        await this.checkWeftRoutes(all, '(b) weft');
-        const endA = ovs.lastEndBefore(t1);
-        const endB = ovs.lastEndBefore(t3);
-        return {
-          flowsA,
-          flowsB,
-          applyMs: t1 - t0,
-          applyFlowsMs: endA - t0,
-          applyRoutesMs: t1 - endA,
-          applyCalls: ovs.between(t0, t1),
-          addMs: t3 - t2,
-          addFlowsMs: endB - t2,
-          addRoutesMs: t3 - endB,
-          addCalls: ovs.between(t2, t3),
-        };
-      };
-
-      const references = async () => {
-        const ofctl = (cmd: string, file: string) => ['-O', 'OpenFlow15', '--bundle', cmd, `unix:${this.plain.mgmtSocket(REF_BRIDGE)}`, file];
-        if ((await this.plain.dumpFlows(REF_BRIDGE)).length !== 0) throw new BenchCheckError(`${REF_BRIDGE} before add-flows`, 'flows', 'empty');
-        const refAddFlowsMs = await timedTool('ovs-ofctl', ofctl('add-flows', fileA), this.env);
-        await this.checkFlows(REF_BRIDGE, textA, '(a) reference add-flows');
-        const refReplaceFlowsMs = await timedTool('ovs-ofctl', ofctl('replace-flows', fileB), this.env);
-        await this.checkFlows(REF_BRIDGE, textB, '(b) reference replace-flows');
-        await this.plain.ofctl('del-flows', REF_BRIDGE);
-
-        const refIpBatchMs = await timedTool('ip', ['-batch', routesFile]);
-        const nA = await this.refRouteCount();
-        if (nA !== this.nPeers) throw new BenchCheckError('(a) reference ip -batch: routes', nA, this.nPeers);
-        const refIpRouteAddMs = await timedTool('ip', ['route', 'add', ...routeLine(this.extra).split(' ')]);
-        const nB = await this.refRouteCount();
-        if (nB !== this.nPeers + 1) throw new BenchCheckError('(b) reference ip route add: routes', nB, this.nPeers + 1);
-        await tool('ip', ['route', 'flush', 'table', String(REF_TABLE)]);
-        return { refAddFlowsMs, refReplaceFlowsMs, refIpBatchMs, refIpRouteAddMs };
-      };
+      // --no-names, as weft: ports by number, no port table fetched first.
+      const ofctl = (cmd: string, arg: string, bridge = REF_BRIDGE) => ['-O', 'OpenFlow15', '--no-names', '--bundle', cmd, `unix:${this.plain.mgmtSocket(bridge)}`, arg];
 
       const load = loadavg();
       // Alternate which side goes first, so neither always runs on the warmer (or busier) machine.
       const weftFirst = r % 2 === 1;
-      let w: Awaited<ReturnType<typeof weft>>;
-      let ref: Awaited<ReturnType<typeof references>>;
-      if (weftFirst) {
-        w = await weft();
-        ref = await references();
-      } else {
-        ref = await references();
-        w = await weft();
+
+      // (a): the first pass with every peer, against add-flows of the same table and ip -batch.
+      const weftA = async () => {
+        const batch: LeaseEvent[] = this.leases.map((lease) => ({ type: 'added', lease }));
+        const t0 = performance.now();
+        const pass = await backend.apply(batch);
+        const t1 = performance.now();
+        if (pass.failures !== 0) throw new BenchCheckError('(a) weft apply() failures', pass.failures, 0);
+        const flowsA = await this.checkFlows(BRIDGE, textA, '(a) weft');
+        await this.checkWeftRoutes(this.leases, '(a) weft');
+        const saved = await readRound(this.plain, BRIDGE);
+        if (saved !== round) throw new BenchCheckError('(a) round saved on the bridge', saved, round);
+        const endA = ovs.lastEndBefore(t1);
+        return { flowsA, applyMs: t1 - t0, applyFlowsMs: endA - t0, applyRoutesMs: t1 - endA, applyCalls: ovs.between(t0, t1) };
+      };
+      const refA = async () => {
+        if ((await this.plain.dumpFlows(REF_BRIDGE)).length !== 0) throw new BenchCheckError(`${REF_BRIDGE} before add-flows`, 'flows', 'empty');
+        const refAddFlowsMs = await timedTool('ovs-ofctl', ofctl('add-flows', fileA), this.env);
+        await this.checkFlows(REF_BRIDGE, textA, '(a) reference add-flows');
+        const refIpBatchMs = await timedTool('ip', ['-batch', routesFile]);
+        const nA = await this.refRouteCount();
+        if (nA !== this.nPeers) throw new BenchCheckError('(a) reference ip -batch: routes', nA, this.nPeers);
+        return { refAddFlowsMs, refIpBatchMs };
+      };
+      const [a, ra] = weftFirst ? [await weftA(), await refA()] : await refA().then(async (x) => [await weftA(), x] as const);
+
+      // (b), (c): one peer added and removed, as events, on top of (a); the references on br-ref
+      // holding the (a) table and table 100 holding the (a) routes.
+      const settle = () => this.settle();
+      const weftEvent = async (type: 'added' | 'removed', k: number) => {
+        await settle();
+        const t0 = performance.now();
+        const pass = await backend.apply([{ type, lease: this.extra }]);
+        const t1 = performance.now();
+        if (pass.failures !== 0) throw new BenchCheckError(`(${type}) weft apply() failures, sample ${k}`, pass.failures, 0);
+        const want = type === 'added' ? 3 : 0;
+        const got = (await this.plain.dumpFlows(BRIDGE, peerSelector)).length;
+        if (got !== want) throw new BenchCheckError(`(${type}) weft: the peer's flows, sample ${k}`, got, want);
+        const routes = (await this.nl.routes({ family: 4, table: 254, protocol: WEFT_ROUTE_PROTOCOL })).filter((x) => x.dst.equals(this.extra.subnet!)).length;
+        if (routes !== want / 3) throw new BenchCheckError(`(${type}) weft: the peer's route, sample ${k}`, routes, want / 3);
+        return { weftMs: t1 - t0, calls: ovs.between(t0, t1) };
+      };
+      const refEvent = async (type: 'added' | 'removed', k: number) => {
+        await settle();
+        const refFlowsMs = type === 'added' ? await timedTool('ovs-ofctl', ofctl('add-flows', filePeer), this.env) : await timedTool('ovs-ofctl', ofctl('del-flows', peerSelector), this.env);
+        const refBrIntFlowsMs =
+          type === 'added' ? await timedTool('ovs-ofctl', ofctl('add-flows', fileOther, BRIDGE), this.env) : await timedTool('ovs-ofctl', ofctl('del-flows', otherSelector, BRIDGE), this.env);
+        const refRouteMs = await timedTool('ip', ['route', type === 'added' ? 'add' : 'del', ...routeLine(this.extra).split(' ')]);
+        const want = type === 'added' ? 3 : 0;
+        const got = (await this.plain.dumpFlows(REF_BRIDGE, peerSelector)).length;
+        if (got !== want) throw new BenchCheckError(`(${type}) reference: the peer's flows, sample ${k}`, got, want);
+        const gotBrInt = (await this.plain.dumpFlows(BRIDGE, otherSelector)).length;
+        if (gotBrInt !== want) throw new BenchCheckError(`(${type}) reference on ${BRIDGE}: the other peer's flows, sample ${k}`, gotBrInt, want);
+        const n = await this.refRouteCount();
+        if (n !== this.nPeers + want / 3) throw new BenchCheckError(`(${type}) reference: routes, sample ${k}`, n, this.nPeers + want / 3);
+        return { refFlowsMs, refRouteMs, refBrIntFlowsMs };
+      };
+      const add: EventSample[] = [];
+      const remove: EventSample[] = [];
+      for (let k = 0; k < this.samples; k++) {
+        for (const type of ['added', 'removed'] as const) {
+          const both = (k + (weftFirst ? 0 : 1)) % 2 === 0 ? [await weftEvent(type, k), await refEvent(type, k)] as const : await refEvent(type, k).then(async (x) => [await weftEvent(type, k), x] as const);
+          (type === 'added' ? add : remove).push({ ...both[0], ...both[1] });
+        }
+        if (k === 0) {
+          // The whole table and every route, once with the peer and once without.
+          await backend.apply([{ type: 'added', lease: this.extra }]);
+          await this.checkFlows(BRIDGE, textB, '(b) weft');
+          await this.checkWeftRoutes(all, '(b) weft');
+          await backend.apply([{ type: 'removed', lease: this.extra }]);
+          await this.checkFlows(BRIDGE, textA, '(c) weft');
+          await this.checkWeftRoutes(this.leases, '(c) weft');
+        }
       }
+      await this.checkFlows(REF_BRIDGE, textA, '(c) reference');
+      await tool('ip', ['route', 'flush', 'table', String(REF_TABLE)]);
       log(
-        `(a) weft ${w.applyMs.toFixed(0)} ms vs add-flows ${ref.refAddFlowsMs.toFixed(0)} + ip -batch ${ref.refIpBatchMs.toFixed(0)} ms; ` +
-          `(b) weft ${w.addMs.toFixed(0)} ms vs replace-flows ${ref.refReplaceFlowsMs.toFixed(0)} + ip route add ${ref.refIpRouteAddMs.toFixed(0)} ms`,
+        `(a) weft ${a.applyMs.toFixed(0)} ms vs add-flows ${ra.refAddFlowsMs.toFixed(0)} + ip -batch ${ra.refIpBatchMs.toFixed(0)} ms; ` +
+          `(b) add weft ${median(add.map((x) => x.weftMs)).toFixed(1)} ms vs ${median(add.map((x) => x.refFlowsMs + x.refRouteMs)).toFixed(1)} ms; ` +
+          `(c) remove weft ${median(remove.map((x) => x.weftMs)).toFixed(1)} ms vs ${median(remove.map((x) => x.refFlowsMs + x.refRouteMs)).toFixed(1)} ms`,
       );
-      return { run: r, order: weftFirst ? 'weft first' : 'references first', load, prepareMs, startMs, attachMs, ...w, ...ref };
+      return {
+        run: r,
+        order: weftFirst ? 'weft first' : 'references first',
+        load,
+        prepareMs,
+        startMs,
+        attachMs,
+        first,
+        last,
+        ...a,
+        ...ra,
+        add,
+        remove,
+      };
     } finally {
       await backend.close();
     }
@@ -464,7 +611,7 @@ async function inner(): Promise<void> {
   if (!runDir || !workDir) throw new BenchError('--inner needs --run-dir and --work-dir');
   mkdirSync(workDir, { recursive: true });
   const runs = positive('--runs', args.runs);
-  const bench = new Inner(runDir, workDir, positive('--peers', args.peers), positive('--pods', args.pods));
+  const bench = new Inner(runDir, workDir, positive('--peers', args.peers), positive('--pods', args.pods), positive('--samples', args.samples));
   const onSignal = () => {
     // The outer process owns the namespace and OVS and removes them.
     process.exit(130);
@@ -514,7 +661,7 @@ function printTable(header: string[], rows: string[][]): void {
 
 /** Runs the inner part in `ns`; resolves with its result line. */
 function runInner(ns: string, runDir: string, workDir: string, track: (c: ChildProcess) => void): Promise<InnerResult> {
-  const a = ['netns', 'exec', ns, process.execPath, '--import', 'tsx', SELF, '--inner', '--run-dir', runDir, '--work-dir', workDir, '--runs', args.runs, '--peers', args.peers, '--pods', args.pods];
+  const a = ['netns', 'exec', ns, process.execPath, '--import', 'tsx', SELF, '--inner', '--run-dir', runDir, '--work-dir', workDir, '--runs', args.runs, '--peers', args.peers, '--pods', args.pods, '--samples', args.samples];
   // `ip netns exec` execs node in place: the child's pid is node's.
   // TMPDIR: weft's own temporary flow files land in workDir too, so an interrupted run leaves none behind.
   mkdirSync(workDir, { recursive: true });
@@ -539,54 +686,73 @@ function report(res: InnerResult): void {
   const rs = res.runs;
   const col = (f: (r: RunResult) => number) => rs.map(f);
   const peers = res.peers.toLocaleString('en-US');
-  console.log(`\n## ${peers} peers, ${res.pods} pods: medians of ${rs.length} runs (ms)\n`);
+  const n = rs[0]?.add.length ?? 0;
+  console.log(`\n## ${peers} peers, ${res.pods} pods: medians over ${rs.length} runs (events and probes: the median of each run's ${n} samples) (ms)\n`);
   const rows: string[][] = [];
-  const row = (what: string, weft: number[], ref: number[] | null, refWhat = '') => {
+  const row = (what: string, weft: number[], ref: number[] | null, refWhat = '', target = '') => {
     const w = median(weft);
     const r = ref ? median(ref) : NaN;
-    rows.push([what, f1(w), ref ? `${f1(r)}${refWhat ? ` (${refWhat})` : ''}` : '–', ref ? f2(w / r) : '–']);
+    rows.push([what, f1(w), ref ? `${f1(r)}${refWhat ? ` (${refWhat})` : ''}` : '–', ref ? f2(w / r) : '–', target]);
   };
-  const refA = col((r) => r.refAddFlowsMs + r.refIpBatchMs);
-  const refB = col((r) => r.refReplaceFlowsMs + r.refIpRouteAddMs);
-  row(`(a) ${peers} peers: complete flow set + ${peers} host routes`, col((r) => r.applyMs), refA, 'add-flows + ip -batch');
+  const ev = (xs: readonly EventSample[], f: (x: EventSample) => number) => median(xs.map(f));
+  row(`(a) ${peers} peers: complete flow set + ${peers} host routes (first pass)`, col((r) => r.applyMs), col((r) => r.refAddFlowsMs + r.refIpBatchMs), 'add-flows + ip -batch');
   row('(a) flow part (up to the last OVS call)', col((r) => r.applyFlowsMs), col((r) => r.refAddFlowsMs), '--bundle add-flows, empty bridge');
   row('(a) host-route part (after it)', col((r) => r.applyRoutesMs), col((r) => r.refIpBatchMs), 'ip -batch');
-  row('(b) one peer added', col((r) => r.addMs), col((r) => r.refReplaceFlowsMs), '--bundle replace-flows');
-  row('(b) one peer added', col((r) => r.addMs), refB, 'replace-flows + ip route add');
-  row('(b) flow part', col((r) => r.addFlowsMs), col((r) => r.refReplaceFlowsMs), '--bundle replace-flows');
-  row('(b) host-route part', col((r) => r.addRoutesMs), col((r) => r.refIpRouteAddMs), 'ip route add');
+  row('**(b) one peer added** (event)', col((r) => ev(r.add, (x) => x.weftMs)), col((r) => ev(r.add, (x) => x.refFlowsMs + x.refRouteMs)), '--bundle add-flows of its 3 flows + ip route add', '≤ 1.5');
+  row('(b) reference parts: add-flows / ip route add', col((r) => ev(r.add, (x) => x.refFlowsMs)), col((r) => ev(r.add, (x) => x.refRouteMs)), 'ip route add');
+  row(`(b) weft vs the same add-flows on ${BRIDGE} itself`, col((r) => ev(r.add, (x) => x.weftMs)), col((r) => ev(r.add, (x) => x.refBrIntFlowsMs)), `--bundle add-flows onto ${BRIDGE}`);
+  row('**(c) one peer removed** (event)', col((r) => ev(r.remove, (x) => x.weftMs)), col((r) => ev(r.remove, (x) => x.refFlowsMs + x.refRouteMs)), '--bundle del-flows cookie=…/-1 + ip route del', '≤ 1.5');
+  row('(c) reference parts: del-flows / ip route del', col((r) => ev(r.remove, (x) => x.refFlowsMs)), col((r) => ev(r.remove, (x) => x.refRouteMs)), 'ip route del');
+  row(`(c) weft vs the same del-flows on ${BRIDGE} itself`, col((r) => ev(r.remove, (x) => x.weftMs)), col((r) => ev(r.remove, (x) => x.refBrIntFlowsMs)), `--bundle del-flows on ${BRIDGE}`);
   row('prepare() (bridge, tunnel and gateway ports)', col((r) => r.prepareMs), null);
   row('start(lease) (gateway address, round, node flows)', col((r) => r.startMs), null);
-  row('attachPodPort, per pod (median)', col((r) => median(r.attachMs)), null);
-  row('attachPodPort, per pod (p90)', col((r) => quantile(r.attachMs, 0.9)), null);
-  row(`attachPodPort, all ${res.pods}`, col((r) => sum(r.attachMs)), null);
-  const k = Math.min(20, res.pods);
-  row(`attachPodPort, first ${k} pods (median)`, col((r) => median(r.attachMs.slice(0, k))), null);
-  row(`attachPodPort, last ${k} pods (median)`, col((r) => median(r.attachMs.slice(-k))), null);
-  printTable(['what', 'weft ms', 'reference ms', 'ratio'], rows);
+  const last = res.pods;
+  const p90 = (xs: readonly number[]) => quantile(xs, 0.9);
+  row(`**attachPodPort p90: pod ${last} vs pod 1**`, col((r) => p90(r.last.attachMs)), col((r) => p90(r.first.attachMs)), 'pod 1', '≤ 1.2');
+  row(`(reference) by hand: add-port + get + add-flows, p90: pod ${last} vs pod 1`, col((r) => p90(r.last.refAttachMs)), col((r) => p90(r.first.refAttachMs)), 'pod 1');
+  row('attachPodPort p90 vs by hand, pod 1', col((r) => p90(r.first.attachMs)), col((r) => p90(r.first.refAttachMs)), 'by hand');
+  row(`attachPodPort p90 vs by hand, pod ${last}`, col((r) => p90(r.last.attachMs)), col((r) => p90(r.last.refAttachMs)), 'by hand');
+  row(`attachPodPort median: pod ${last} vs pod 1`, col((r) => median(r.last.attachMs)), col((r) => median(r.first.attachMs)), 'pod 1');
+  row(`detachPodPort p90: pod ${last} vs pod 1`, col((r) => p90(r.last.detachMs)), col((r) => p90(r.first.detachMs)), 'pod 1');
+  row(`(reference) by hand: del-flows + del-port, p90: pod ${last} vs pod 1`, col((r) => p90(r.last.refDetachMs)), col((r) => p90(r.first.refDetachMs)), 'pod 1');
+  row(`attachPodPort, pods 1..${last - 1} one after the other (median)`, col((r) => median(r.attachMs)), null);
+  row(`attachPodPort, all ${last - 1} of them`, col((r) => sum(r.attachMs)), null);
+  printTable(['what', 'weft ms', 'reference ms', 'ratio', 'target'], rows);
 
   console.log('\n## Per run (ms)\n');
   const per: string[][] = [];
   const line = (what: string, f: (r: RunResult) => number | string) => per.push([what, ...rs.map((r) => (typeof f(r) === 'number' ? f0(f(r) as number) : String(f(r))))]);
+  const l1 = (what: string, f: (r: RunResult) => string) => per.push([what, ...rs.map(f)]);
   line('order', (r) => r.order);
   line('load average before the timed part', (r) => r.load);
   line('(a) weft apply()', (r) => r.applyMs);
   line('(a) reference add-flows / ip -batch', (r) => `${f0(r.refAddFlowsMs)} / ${f0(r.refIpBatchMs)}`);
   line('(a) ratio', (r) => f2(r.applyMs / (r.refAddFlowsMs + r.refIpBatchMs)));
-  line('(b) weft apply()', (r) => r.addMs);
-  line('(b) reference replace-flows / ip route add', (r) => `${f0(r.refReplaceFlowsMs)} / ${f0(r.refIpRouteAddMs)}`);
-  line('(b) ratio to replace-flows', (r) => f2(r.addMs / r.refReplaceFlowsMs));
-  line('flows after (a) / (b) (checked: count and diff-flows)', (r) => `${r.flowsA} / ${r.flowsB}`);
-  line('attachPodPort median / p90 / max', (r) => `${f0(median(r.attachMs))} / ${f0(quantile(r.attachMs, 0.9))} / ${f0(Math.max(...r.attachMs))}`);
+  l1('(b) add: weft / reference, median', (r) => `${f1(ev(r.add, (x) => x.weftMs))} / ${f1(ev(r.add, (x) => x.refFlowsMs + x.refRouteMs))}`);
+  l1('(b) ratio (median, p90 of weft / median of reference)', (r) => `${f2(ev(r.add, (x) => x.weftMs) / ev(r.add, (x) => x.refFlowsMs + x.refRouteMs))}, ${f2(quantile(r.add.map((x) => x.weftMs), 0.9) / ev(r.add, (x) => x.refFlowsMs + x.refRouteMs))}`);
+  l1('(c) remove: weft / reference, median', (r) => `${f1(ev(r.remove, (x) => x.weftMs))} / ${f1(ev(r.remove, (x) => x.refFlowsMs + x.refRouteMs))}`);
+  l1('(c) ratio (median, p90 of weft / median of reference)', (r) => `${f2(ev(r.remove, (x) => x.weftMs) / ev(r.remove, (x) => x.refFlowsMs + x.refRouteMs))}, ${f2(quantile(r.remove.map((x) => x.weftMs), 0.9) / ev(r.remove, (x) => x.refFlowsMs + x.refRouteMs))}`);
+  line('flows after (a) (checked: count and diff-flows)', (r) => r.flowsA);
+  const mpm = (xs: readonly number[]) => `${f0(median(xs))} / ${f0(quantile(xs, 0.9))} / ${f0(Math.max(...xs))}`;
+  l1('probe attach pod 1: median / p90 / max (by hand)', (r) => `${mpm(r.first.attachMs)} (${mpm(r.first.refAttachMs)})`);
+  l1(`probe attach pod ${last}: median / p90 / max (by hand)`, (r) => `${mpm(r.last.attachMs)} (${mpm(r.last.refAttachMs)})`);
+  l1('p90 ratio pod last / pod 1 (by hand)', (r) => `${f2(quantile(r.last.attachMs, 0.9) / quantile(r.first.attachMs, 0.9))} (${f2(quantile(r.last.refAttachMs, 0.9) / quantile(r.first.refAttachMs, 0.9))})`);
   printTable(['what', ...rs.map((r) => `run ${r.run}`)], per);
 
-  for (const [label, key] of [['(a)', 'applyCalls'], ['(b)', 'addCalls']] as const) {
-    console.log(`\n## OVS processes weft ran during ${label} (median over runs: count, ms)\n`);
-    const names = [...new Set(rs.flatMap((r) => Object.keys(r[key])))];
-    const total = (r: RunResult) => sum(Object.values(r[key]).map((c) => c.ms));
-    const rowsC = names.map((n) => [n, f0(median(rs.map((r) => r[key][n]?.n ?? 0))), f1(median(rs.map((r) => r[key][n]?.ms ?? 0)))]);
-    rowsC.push(['all of them', '', f1(median(rs.map(total)))]);
-    rowsC.push(['apply() outside those processes (flock(1), netlink incl. the host routes, building and diffing in Node)', '', f1(median(rs.map((r) => (key === 'applyCalls' ? r.applyMs : r.addMs) - total(r))))]);
+  const sections: Array<[string, (r: RunResult) => Calls[]]> = [
+    ['(a)', (r) => [r.applyCalls]],
+    ['(b) one peer added, per event', (r) => r.add.map((x) => x.calls)],
+    ['(c) one peer removed, per event', (r) => r.remove.map((x) => x.calls)],
+    ['attachPodPort of pod 1', (r) => r.first.calls],
+    [`attachPodPort of pod ${res.pods}`, (r) => r.last.calls],
+  ];
+  for (const [label, get] of sections) {
+    console.log(`\n## OVS processes weft ran during ${label} (median: count, ms)\n`);
+    const all = rs.flatMap(get);
+    const names = [...new Set(all.flatMap((c) => Object.keys(c)))];
+    const total = (c: Calls) => sum(Object.values(c).map((x) => x.ms));
+    const rowsC = names.map((nm) => [nm, f0(median(all.map((c) => c[nm]?.n ?? 0))), f1(median(all.map((c) => c[nm]?.ms ?? 0)))]);
+    rowsC.push(['all of them', '', f1(median(all.map(total)))]);
     printTable(['process', 'count', 'ms'], rowsC);
   }
 }
@@ -596,6 +762,7 @@ async function main(): Promise<void> {
   positive('--runs', args.runs);
   positive('--peers', args.peers);
   positive('--pods', args.pods);
+  positive('--samples', args.samples);
   const ns = nsPrefix('bovs');
   const dir = mkdtempSync(join(tmpdir(), 'weft-bench-ovs-'));
   let ovs: OvsInstance | null = null;

@@ -6,6 +6,7 @@ import { access, constants, mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
 import type { Backend, BackendPass, BackendRegistry, ExternalInterface, Prepared } from '../backend/backend.js';
+import { PeerSet } from '../backend/peer-set.js';
 import { RulesSetupError, ruleInputs, type RulesManager } from '../ipmasq/manager.js';
 import { ConfigError, type NetworkConfig } from '../subnet/config.js';
 import { leaseId, type Lease } from '../subnet/lease.js';
@@ -166,6 +167,10 @@ export class Daemon {
     const peers = new Peers({ config, backend, ownLease: () => this.lease, localAddresses: () => this.localAddresses, logger: log, metrics });
     this.peers = peers;
     const batcher = new EventBatcher();
+    // What the backend has been handed so far. The timer's pass gives the backend this set, not the
+    // gate's: events still waiting in the batcher are not the backend's yet, and a set that runs
+    // ahead of its batches would look like divergence and force a full pass on every tick of a churn.
+    const handed = new PeerSet();
     const onLease = (lease: Lease, how: AcquireHow) => {
       this.setExpiry(lease);
       if (how === 'renew') return;
@@ -199,8 +204,8 @@ export class Daemon {
       await Promise.all([
         manager.keepLease(acquired.lease, onLease, signal),
         this.receiveEvents(peers, batcher, signal),
-        this.applyBatches(backend, peers, batcher, signal),
-        this.reconcileLoop(backend, peers, signal),
+        this.applyBatches(backend, handed, batcher, signal),
+        this.reconcileLoop(backend, handed, signal),
         rules.run(signal),
         this.blackholeLoop(config, signal),
       ]);
@@ -214,13 +219,14 @@ export class Daemon {
     for await (const result of this.deps.manager.watchLeases(signal)) batcher.push(peers.apply(result));
   }
 
-  private async applyBatches(backend: Backend, peers: Peers, batcher: EventBatcher, signal: AbortSignal) {
+  private async applyBatches(backend: Backend, handed: PeerSet, batcher: EventBatcher, signal: AbortSignal) {
     const { metrics, logger: log } = this.deps;
     while (true) {
       const batch = await batcher.next(signal);
       if (!batch) return;
       const end = metrics.programmingDuration.startTimer();
       try {
+        handed.apply(batch);
         this.passDone('apply', await backend.apply(batch));
         for (const ev of batch) metrics.eventsApplied.inc({ type: ev.type });
         metrics.batchesApplied.inc();
@@ -236,7 +242,7 @@ export class Daemon {
   }
 
   /** The timer's full pass; sooner, with backoff, while operations are being refused. */
-  private async reconcileLoop(backend: Backend, peers: Peers, signal: AbortSignal): Promise<void> {
+  private async reconcileLoop(backend: Backend, handed: PeerSet, signal: AbortSignal): Promise<void> {
     const { metrics, logger: log } = this.deps;
     const interval = this.opts.reconcileInterval > 0 ? this.opts.reconcileInterval * 1000 : null;
     while (!signal.aborted) {
@@ -254,7 +260,7 @@ export class Daemon {
       }
       const end = metrics.reconcileDuration.startTimer();
       try {
-        this.passDone('reconcile', await backend.reconcile(peers.accepted));
+        this.passDone('reconcile', await backend.reconcile([...handed.values()]));
       } catch (e) {
         this.activity.backendPass('reconcile', e as Error);
         log.error('reconcile failed', { error: errorMessage(e) });

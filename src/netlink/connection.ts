@@ -16,6 +16,10 @@ export const DEFAULT_MAX_IN_FLIGHT = 128;
 /** apply() sends this many requests per sendmsg (bounded by maxInFlight). */
 export const DEFAULT_PACK_SIZE = 64;
 export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+/** Dump entries parsed between two turns of the event loop. */
+const PARSE_SLICE = 500;
+const yieldToEvents = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
 /** A dump the kernel marks inconsistent (NLM_F_DUMP_INTR) is retried this many times, then fails with EINTR. */
 export const DUMP_ATTEMPTS = 4;
 
@@ -138,6 +142,9 @@ export class NetlinkConnection {
       for (const m of msgs) {
         if (m.flags & Flags.DUMP_INTR) interrupted = true;
         items.push(parse(m.data));
+        // A dump of 10 000 entries parsed in one go would hold lease events back for its whole
+        // length: let them in every few hundred entries.
+        if (items.length % PARSE_SLICE === 0) await yieldToEvents();
       }
       return { items, interrupted };
     };

@@ -7,8 +7,8 @@ import { errorMessage } from '../../util/errors.js';
 import type { Logger } from '../../util/log.js';
 import type { DesiredState, FdbSpec, NeighSpec, Repairs, RouteSpec } from './diff.js';
 import { DriftWatch } from './drift.js';
-import { fdbKey, KernelModel, neighKey, routeKey, type PeerEntries } from './model.js';
-import { diffState } from './diff.js';
+import { fdbKey, KernelModel, neighKey, opSubject, routeKey, type PeerEntries } from './model.js';
+import { diffStateSliced } from './diff.js';
 import { nexthopDevicesOf, program, readActual, sendOps, type ProgramScope } from './programmer.js';
 
 export interface DataplanePass {
@@ -88,6 +88,7 @@ export class KernelDataplane {
       fdb: hooks.fdb,
       devIndex: hooks.devIndex,
       logger: this.logger,
+      ignoring: () => this.model.uncertain,
       onDrift: (observations) => {
         void hooks
           .exclusive(async () => {
@@ -145,35 +146,40 @@ export class KernelDataplane {
   async verify(scope: ProgramScope, exclusive: <T>(fn: () => Promise<T>) => Promise<T>, peers: () => ReadonlyMap<string, PeerEntries>): Promise<DataplanePass> {
     if (this.model.uncertain) return exclusive(() => this.full(scope, peers()));
     this.model.record();
+    const generation = this.model.generation;
     let actual: Awaited<ReturnType<typeof readActual>>;
+    const began = performance.now();
     try {
       actual = await readActual(this.nl, scope);
     } catch (e) {
       this.model.recorded();
       throw e;
     }
+    const dumped = performance.now();
+    // Compared outside the queue, a slice at a time, so events go on meanwhile: the model's view of
+    // any entry an event changes from now on is recorded as stale too, and dropped below.
+    const diff = await diffStateSliced(this.model.snapshot(), actual);
+    const compared = performance.now();
     return exclusive(async () => {
+      const queued = performance.now();
       const stale = this.model.recorded();
       if (this.model.uncertain) return this.full(scope, peers());
-      const fresh = <T>(kind: string, key: (x: T) => string) => (x: T) => !stale.has(`${kind} ${key(x)}`);
-      const want = this.model.snapshot();
-      const nhKey = (n: { id: number }) => String(n.id);
-      const { ops, repairs } = diffState(
-        {
-          routes: want.routes.filter(fresh('route', routeKey)),
-          neighbours: want.neighbours.filter(fresh('neigh', neighKey)),
-          fdb: want.fdb.filter(fresh('fdb', fdbKey)),
-          nexthops: want.nexthops.filter(fresh('nexthop', nhKey)),
-        },
-        {
-          routes: actual.routes.filter(fresh('route', routeKey)),
-          neighbours: actual.neighbours.filter(fresh('neigh', neighKey)),
-          fdb: actual.fdb.filter(fresh('fdb', fdbKey)),
-          nexthops: (actual.nexthops ?? []).filter(fresh('nexthop', nhKey)),
-        },
-      );
+      // A full pass rebuilt the model meanwhile: it compared everything itself.
+      if (this.model.generation !== generation) return { repairs: NO_REPAIRS, failures: 0, full: true };
+      // Entries events changed since the dump began: the dump's (and maybe the snapshot's) view of
+      // them is stale, so whatever the comparison says about them is dropped.
+      const ops = stale.size === 0 ? diff.ops : diff.ops.filter((op) => !stale.has(opSubject(op)));
+      const repairs = { added: 0, changed: 0, removed: 0 };
+      for (const op of ops) repairs[op.repair]++;
       this.model.noteTakenIds(actual.allNexthopIds);
       this.drift?.forgive();
+      this.logger.debug('timer pass compared the kernel with the model', {
+        dumpMs: Math.round(dumped - began),
+        compareMs: Math.round(compared - dumped),
+        queuedMs: Math.round(queued - compared),
+        stale: stale.size,
+        ops: ops.length,
+      });
       if (ops.length === 0) return { repairs, failures: 0, full: true };
       this.logger.warn('the kernel differed from what weft programmed; repairing it', { ...repairs });
       const sent = await sendOps(this.nl, ops, this.logger);

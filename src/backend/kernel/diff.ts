@@ -64,27 +64,42 @@ export interface Repairs {
   readonly removed: number;
 }
 
-/** Keyed entries of one kind: what to replace and what to delete. */
-function diffKind<T>(
+/** Entries compared between two points where a sliced comparison lets other work in. */
+const SLICE = 2000;
+
+/**
+ * Keyed entries of one kind: what to replace and what to delete. A generator that pauses every
+ * SLICE entries: diffState runs it straight through, diffStateSliced gives the event loop a turn
+ * at each pause (the timer's comparison of 30 000 entries must not hold lease events back).
+ */
+function* diffKind<T>(
   desired: readonly T[],
   actual: readonly T[],
   key: (x: T) => string,
   value: (x: T) => string,
   count: { added: number; changed: number; removed: number },
-): { replace: Array<[T, RepairKind]>; remove: T[] } {
-  const have = new Map(actual.map((x) => [key(x), x]));
+): Generator<void, { replace: Array<[T, RepairKind]>; remove: T[] }> {
+  const have = new Map<string, T>();
+  const actualKeys: string[] = [];
+  for (const x of actual) {
+    const k = key(x);
+    actualKeys.push(k);
+    have.set(k, x);
+    if (actualKeys.length % SLICE === 0) yield;
+  }
   const want = new Set<string>();
   const replace: Array<[T, RepairKind]> = [];
   for (const d of desired) {
     const k = key(d);
     want.add(k);
+    if (want.size % SLICE === 0) yield;
     const h = have.get(k);
     if (h && value(h) === value(d)) continue;
     const kind = h ? 'changed' : 'added';
     count[kind]++;
     replace.push([d, kind]);
   }
-  const remove = actual.filter((a) => !want.has(key(a)));
+  const remove = actual.filter((_, i) => !want.has(actualKeys[i]!));
   count.removed += remove.length;
   return { replace, remove };
 }
@@ -98,12 +113,12 @@ const nexthopValue = (n: NexthopSpec) => `${n.gateway.toString()} ${n.oif} ${n.o
  * takes its routes along), then neighbours and FDB entries, then nexthops, then routes, so a
  * route never points at a next hop whose MAC or object does not exist yet.
  */
-export function diffState(desired: DesiredState, actual: ActualState): { ops: KernelOp[]; repairs: Repairs } {
+function* diffSteps(desired: DesiredState, actual: ActualState): Generator<void, { ops: KernelOp[]; repairs: Repairs }> {
   const count = { added: 0, changed: 0, removed: 0 };
-  const neigh = diffKind(desired.neighbours, actual.neighbours, (n) => `${n.ifindex} ${n.ip.toString()}`, (n) => n.mac, count);
-  const fdb = diffKind(desired.fdb, actual.fdb, (f) => `${f.ifindex} ${f.mac} ${f.dst.toString()}`, () => '', count);
-  const nh = diffKind(desired.nexthops ?? [], actual.nexthops ?? [], (n) => String(n.id), nexthopValue, count);
-  const routes = diffKind(desired.routes, actual.routes, (r) => r.dst.toString(), routeValue, count);
+  const neigh = yield* diffKind(desired.neighbours, actual.neighbours, (n) => `${n.ifindex} ${n.ip.toString()}`, (n) => n.mac, count);
+  const fdb = yield* diffKind(desired.fdb, actual.fdb, (f) => `${f.ifindex} ${f.mac} ${f.dst.toString()}`, () => '', count);
+  const nh = yield* diffKind(desired.nexthops ?? [], actual.nexthops ?? [], (n) => String(n.id), nexthopValue, count);
+  const routes = yield* diffKind(desired.routes, actual.routes, (r) => r.dst.toString(), routeValue, count);
   const ops: KernelOp[] = [
     ...routes.remove.map((route) => ({ kind: 'route-delete' as const, route, repair: 'removed' as const })),
     ...neigh.remove.map((n) => ({ kind: 'neigh-delete' as const, neigh: n, repair: 'removed' as const })),
@@ -115,4 +130,22 @@ export function diffState(desired: DesiredState, actual: ActualState): { ops: Ke
     ...routes.replace.map(([route, repair]) => ({ kind: 'route-replace' as const, route, repair })),
   ];
   return { ops, repairs: count };
+}
+
+export function diffState(desired: DesiredState, actual: ActualState): { ops: KernelOp[]; repairs: Repairs } {
+  const steps = diffSteps(desired, actual);
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+  }
+}
+
+/** diffState, giving the event loop a turn every few thousand entries. */
+export async function diffStateSliced(desired: DesiredState, actual: ActualState): Promise<{ ops: KernelOp[]; repairs: Repairs }> {
+  const steps = diffSteps(desired, actual);
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
 }

@@ -108,6 +108,11 @@ export interface DriftWatchOptions {
   readonly logger: Logger;
   /** Quiet time before observations are handed over; default 20 ms. */
   readonly settleMs?: number;
+  /**
+   * True while a full pass is due or running: its own read of the kernel covers what happened,
+   * so notifications are dropped unread (a cold start echoes 30 000 of weft's own entries).
+   */
+  readonly ignoring?: () => boolean;
 }
 
 /** Repairs per entry within a window after which weft stops fighting for it until the timer. */
@@ -163,6 +168,7 @@ export class DriftWatch {
   private monitor(command: string, args: string[], parse: (line: string) => Observation | null): void {
     const stream = streamLines(command, args, {
       onLine: (line) => {
+        if (this.opts.ignoring?.()) return;
         const obs = parse(line);
         if (obs) this.observe(obs);
       },

@@ -80,6 +80,8 @@ export class KernelModel {
   private readonly byPeer = new Map<string, PeerEntries>();
   /** The model does not match the kernel for sure: the next pass must be a full one. */
   uncertain = true;
+  /** Counts rebuilds (`reset`): a comparison that began before one compared with another model. */
+  generation = 0;
   /** Keys changed since `record()` (per kind: route, neigh, fdb, nexthop), or null when not recording. */
   private touched: Set<string> | null = null;
 
@@ -155,6 +157,7 @@ export class KernelModel {
       }
     }
     this.uncertain = false;
+    this.generation++;
   }
 
   private nexthopKeyOf(r: RouteSpec): string | null {
