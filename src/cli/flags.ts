@@ -3,7 +3,9 @@
 import { readFileSync } from 'node:fs';
 import yargs from 'yargs';
 import { errnoCode, errorMessage } from '../util/errors.js';
-import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX, type EtcdConnectOptions } from '../subnet/etcd/registry.js';
+import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX, DEFAULT_LEASE_TTL_SECONDS } from '../subnet/etcd/defaults.js';
+import type { EtcdConnectOptions } from '../subnet/etcd/registry.js';
+import { parseGoDuration } from '../ipmasq/agent-config.js';
 import type { LogFormat, LogLevel } from '../util/log.js';
 
 export interface WeftdFlags {
@@ -23,7 +25,15 @@ export interface WeftdFlags {
   subnetFile: string;
   publicIp: string;
   publicIpv6: string;
+  /** flannel's --subnet-lease-renew-margin, in minutes, as given (60 when not). */
   subnetLeaseRenewMargin: number;
+  /** --subnet-lease-ttl in seconds: the etcd lease a subnet key is bound to. */
+  subnetLeaseTTL: number;
+  /**
+   * The renewal margin in effect, in seconds: the given margin, else the smaller of 60 minutes and
+   * half the TTL (so a short --subnet-lease-ttl works without a margin of its own).
+   */
+  subnetLeaseRenewMarginSeconds: number;
   ipMasq: boolean;
   /** ip-masq-agent mode's config file ('' = off). */
   ipMasqConfig: string;
@@ -134,7 +144,8 @@ export function buildParser(argv: readonly string[]) {
     .option('subnet-file', { type: 'string', requiresArg: true, coerce: lastString, default: '/run/flannel/subnet.env', describe: 'filename where env variables (subnet, MTU, ...) will be written to' })
     .option('public-ip', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'IP accessible by other nodes for inter-host communication' })
     .option('public-ipv6', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'IPv6 accessible by other nodes for inter-host communication' })
-    .option('subnet-lease-renew-margin', { type: 'number', requiresArg: true, coerce: lastNumber, default: 60, describe: 'subnet lease renewal margin, in minutes, ranging from 1 to 1439' })
+    .option('subnet-lease-renew-margin', { type: 'number', requiresArg: true, coerce: lastNumber, describe: 'subnet lease renewal margin, in minutes, ranging from 1 to 1439 (default 60, or half the lease TTL when that is shorter)' })
+    .option('subnet-lease-ttl', { type: 'string', requiresArg: true, coerce: lastString, describe: `how long a subnet lease in etcd outlives its node's last renewal, as a Go duration (e.g. 24h, 30m, 90s; at least ${MIN_LEASE_TTL_SECONDS}s, whole seconds; default 24h)` })
     .option('ip-masq', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'setup IP masquerade rule for traffic destined outside of overlay network' })
     .option('ip-masq-config', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'ip-masq-agent mode: masquerade all pod traffic except to the nonMasqueradeCIDRs of this YAML/JSON file (reloaded on change); exclusive with --ip-masq' })
     .option('ip-masq-fully-random-disable', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'disable --random-fully in the MASQUERADE rule' })
@@ -163,9 +174,10 @@ export function buildParser(argv: readonly string[]) {
     })
     .check((a) => {
       const margin = a['subnet-lease-renew-margin'];
-      if (!Number.isInteger(margin) || margin < 1 || margin > 1439) {
+      if (margin !== undefined && (!Number.isInteger(margin) || margin < 1 || margin > 1439)) {
         throw new FlagError(`--subnet-lease-renew-margin ${margin}: must be an integer from 1 to 1439`);
       }
+      leaseTiming(a['subnet-lease-ttl'], margin); // throws FlagError
       const port = a['healthz-port'];
       if (!Number.isInteger(port) || port < 0 || port > 65535) {
         throw new FlagError(`--healthz-port ${port}: must be 0..65535`);
@@ -178,9 +190,42 @@ export function buildParser(argv: readonly string[]) {
     });
 }
 
+/** Below this, one failed keepalive exchange (5 s) and a retry would not fit in half the TTL. */
+export const MIN_LEASE_TTL_SECONDS = 20;
+/** etcd's MaxLeaseTTL. */
+const MAX_LEASE_TTL_SECONDS = 9_000_000_000;
+
+/**
+ * The lease TTL and renewal margin in seconds from --subnet-lease-ttl (a Go duration, undefined
+ * when not given) and --subnet-lease-renew-margin (minutes, undefined when not given).
+ */
+export function leaseTiming(ttlText: string | undefined, marginMinutes: number | undefined): { ttl: number; margin: number } {
+  let ttl = DEFAULT_LEASE_TTL_SECONDS;
+  if (ttlText !== undefined) {
+    const ms = parseGoDuration(ttlText.trim());
+    const shown = JSON.stringify(ttlText);
+    if (ms === null) throw new FlagError(`--subnet-lease-ttl ${shown}: not a duration (write it as Go does: 24h, 30m, 1h30m, 90s)`);
+    if (ms % 1000 !== 0) throw new FlagError(`--subnet-lease-ttl ${shown}: must be a whole number of seconds (etcd lease TTLs are in seconds)`);
+    ttl = ms / 1000;
+    if (ttl < MIN_LEASE_TTL_SECONDS) {
+      throw new FlagError(`--subnet-lease-ttl ${shown}: must be at least ${MIN_LEASE_TTL_SECONDS}s, so that a renewal that meets a dead etcd member can retry on another before the lease expires`);
+    }
+    if (ttl > MAX_LEASE_TTL_SECONDS) throw new FlagError(`--subnet-lease-ttl ${shown}: etcd takes at most ${MAX_LEASE_TTL_SECONDS}s`);
+  }
+  if (marginMinutes === undefined) return { ttl, margin: Math.min(3600, Math.floor(ttl / 2)) };
+  const margin = marginMinutes * 60;
+  if (margin >= ttl) {
+    throw new FlagError(
+      `--subnet-lease-renew-margin ${marginMinutes} (minutes) must be below --subnet-lease-ttl ${ttlText ?? '24h'} (${ttl}s): the lease is renewed that long before it expires; give a smaller margin, or none: the default is 60 minutes, or half the TTL when that is shorter`,
+    );
+  }
+  return { ttl, margin };
+}
+
 /** Parses argv (without node and script); throws FlagError with a one-line message. */
 export function parseFlags(argv: readonly string[]): WeftdFlags & { help: boolean; version: boolean } {
   const a = buildParser(argv).parseSync();
+  const timing = leaseTiming(a['subnet-lease-ttl'], a['subnet-lease-renew-margin']);
   return {
     etcdEndpoints: splitList(a['etcd-endpoints']),
     etcdPrefix: a['etcd-prefix'],
@@ -196,7 +241,9 @@ export function parseFlags(argv: readonly string[]): WeftdFlags & { help: boolea
     subnetFile: a['subnet-file'],
     publicIp: a['public-ip'],
     publicIpv6: a['public-ipv6'],
-    subnetLeaseRenewMargin: a['subnet-lease-renew-margin'],
+    subnetLeaseRenewMargin: a['subnet-lease-renew-margin'] ?? 60,
+    subnetLeaseTTL: timing.ttl,
+    subnetLeaseRenewMarginSeconds: timing.margin,
     ipMasq: a['ip-masq'],
     ipMasqConfig: a['ip-masq-config'],
     ipMasqFullyRandomDisable: a['ip-masq-fully-random-disable'],

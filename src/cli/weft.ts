@@ -1,7 +1,7 @@
 // weft: the operator CLI. `weft leases` shows every lease in the store, `weft status` this node's
 // daemon, `weft trace` one packet's path through this node.
 import yargs from 'yargs';
-import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX } from '../subnet/etcd/registry.js';
+import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX } from '../subnet/etcd/defaults.js';
 import { EtcdSubnetManager } from '../subnet/etcd/manager.js';
 import { createLogger } from '../util/log.js';
 import { VERSION } from '../version.js';

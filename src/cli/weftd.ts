@@ -4,78 +4,12 @@ import { Daemon, FatalError } from '../daemon/daemon.js';
 import { HealthServer } from '../daemon/http.js';
 import { DaemonMetrics } from '../daemon/metrics.js';
 import { RulesManager } from '../ipmasq/manager.js';
-import { readPreviousSubnets } from '../subnetenv/read.js';
-import { EtcdSubnetManager } from '../subnet/etcd/manager.js';
-import { KubeClient, KubeConfigError, loadKubeConfig, NodeNameError, resolveNodeName } from '../subnet/kube/client.js';
-import { AnnotationValueError, storedPublicIPs } from '../subnet/kube/annotations.js';
-import { KubeSubnetManager } from '../subnet/kube/manager.js';
 import type { SubnetManager } from '../subnet/manager.js';
-import type { Logger } from '../util/log.js';
 import { AbortedError } from '../util/backoff.js';
 import { createLogger } from '../util/log.js';
 import { VERSION } from '../version.js';
-import { buildParser, etcdConnectOptions, parseFlags } from './flags.js';
+import { buildParser, parseFlags } from './flags.js';
 import { errorMessage } from '../util/errors.js';
-
-type Flags = ReturnType<typeof parseFlags>;
-
-async function etcdManager(flags: Flags, knownBackends: readonly string[], logger: Logger, metrics: DaemonMetrics): Promise<SubnetManager> {
-  const previous = await readPreviousSubnets(flags.subnetFile).catch((e: Error) => {
-    logger.warn('ignoring the previous subnet file', { error: e.message });
-    return { subnet: null, ipv6Subnet: null };
-  });
-  return EtcdSubnetManager.connect({
-    ...etcdConnectOptions(flags),
-    knownBackends,
-    logger: logger.child({ component: 'etcd' }),
-    previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet },
-    renewMarginSeconds: flags.subnetLeaseRenewMargin * 60,
-    onStoreError: (op) => metrics.storeErrors.inc({ op }),
-  });
-}
-
-/** Kubernetes mode: the node is NODE_NAME, else the node of POD_NAMESPACE/POD_NAME (as flanneld). */
-async function kubeManager(flags: Flags, knownBackends: readonly string[], logger: Logger, metrics: DaemonMetrics): Promise<SubnetManager> {
-  const connect = { ...(flags.kubeconfigFile ? { kubeconfigFile: flags.kubeconfigFile } : {}), ...(flags.kubeApiUrl ? { apiUrl: flags.kubeApiUrl } : {}) };
-  const client = new KubeClient(loadKubeConfig(connect));
-  const nodeName = await resolveNodeName(process.env, (ns, name) => client.getPodNodeName(ns, name));
-  const manager = new KubeSubnetManager({
-    ...connect,
-    client,
-    nodeName,
-    netConfigPath: flags.netConfigPath,
-    annotationPrefix: flags.kubeAnnotationPrefix,
-    setNodeNetworkUnavailable: flags.setNodeNetworkUnavailable,
-    knownBackends,
-    logger: logger.child({ component: 'kube' }),
-    onStoreError: (op) => metrics.storeErrors.inc({ op: op === 'acquire' || op === 'watch' || op === 'renew' ? op : 'config' }),
-  });
-  await adoptStoredPublicIPs(flags, manager, nodeName, logger);
-  return manager;
-}
-
-/**
- * flannel's `node-public-ip` / `node-public-ipv6` annotations stand in for --public-ip /
- * --public-ipv6 when those are not given (they select the interface that owns the address).
- */
-async function adoptStoredPublicIPs(flags: Flags, manager: KubeSubnetManager, nodeName: string, logger: Logger): Promise<void> {
-  if (flags.publicIp && flags.publicIpv6) return;
-  let node;
-  try {
-    node = await manager.client.getNode(nodeName);
-  } catch {
-    return; // the node may not exist yet; acquireLease waits for it and says so
-  }
-  const stored = storedPublicIPs(node, manager.names);
-  if (!flags.publicIp && stored.v4) {
-    flags.publicIp = String(stored.v4);
-    logger.info('using the public IP from the node annotation', { annotation: manager.names.nodePublicIP, publicIP: flags.publicIp });
-  }
-  if (!flags.publicIpv6 && stored.v6) {
-    flags.publicIpv6 = String(stored.v6);
-    logger.info('using the public IPv6 from the node annotation', { annotation: manager.names.nodePublicIPv6, publicIPv6: flags.publicIpv6 });
-  }
-}
 
 async function main(argv: string[]): Promise<number> {
   let flags: ReturnType<typeof parseFlags>;
@@ -98,10 +32,18 @@ async function main(argv: string[]): Promise<number> {
   const backends = defaultBackends();
   const metrics = new DaemonMetrics();
   let manager: SubnetManager;
+  let kubeSetupError = (_e: unknown): _e is Error => false;
   try {
-    manager = flags.kubeSubnetMgr ? await kubeManager(flags, backends.types, logger, metrics) : await etcdManager(flags, backends.types, logger, metrics);
+    // Each mode's client library is loaded only when that mode runs.
+    if (flags.kubeSubnetMgr) {
+      const kube = await import('./kube-mode.js');
+      kubeSetupError = kube.isKubeSetupError;
+      manager = await kube.kubeManager(flags, backends.types, logger, metrics);
+    } else {
+      manager = await (await import('./etcd-mode.js')).etcdManager(flags, backends.types, logger, metrics);
+    }
   } catch (e) {
-    if (e instanceof NodeNameError || e instanceof KubeConfigError || e instanceof AnnotationValueError) {
+    if (kubeSetupError(e)) {
       logger.error(e.message);
       return 1;
     }

@@ -5,6 +5,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { EtcdCluster } from './etcd-cluster.js';
 import { addNetns, delNetns, ipn, nsExec, nsPrefix, sh } from './netns.js';
 import { WaitAbort, waitFor } from './wait.js';
 import { WeftdProcess } from './weftd.js';
@@ -21,6 +22,12 @@ export interface ClusterOptions {
   readonly ipv6?: boolean;
   /** Extra weftd flags for every host. */
   readonly weftdArgs?: readonly string[];
+  /**
+   * etcd members (default 1: one etcd in the underlay namespace at ETCD_IP). More than one: an
+   * EtcdCluster, every member in a namespace of its own on the underlay (at .201, .202, ...), and
+   * every weftd given all their endpoints.
+   */
+  readonly etcdMembers?: number;
 }
 
 export interface SubnetEnvFile {
@@ -68,7 +75,7 @@ export class Host {
   /** Starts weftd inside the host namespace and waits for its subnet.env. */
   async startWeftd(extra: readonly string[] = [], env: NodeJS.ProcessEnv = {}): Promise<void> {
     const args = [
-      '--etcd-endpoints', `http://${ETCD_IP}:2379`,
+      '--etcd-endpoints', this.cluster.etcdEndpoints,
       '--iface', 'eth0',
       '--subnet-file', this.subnetFile,
       '--healthz-ip', '127.0.0.1', '--healthz-port', '8081',
@@ -151,6 +158,8 @@ export class Cluster {
   readonly dir: string;
   readonly underlay: string;
   private etcdProc: ChildProcess | null = null;
+  /** The etcd members when the cluster was made with `etcdMembers` > 1. */
+  etcd: EtcdCluster | null = null;
   private readonly namespaces: string[] = [];
 
   private constructor(readonly opts: ClusterOptions) {
@@ -190,7 +199,11 @@ export class Cluster {
       if (opts.ipv6) await nsExec(ns, 'sysctl', '-q', '-w', 'net.ipv6.conf.all.forwarding=1');
       this.hosts.push(new Host(this, i, ns, podNs));
     }
-    await this.startEtcd();
+    if ((opts.etcdMembers ?? 1) > 1) {
+      this.etcd = await EtcdCluster.start({ tag: opts.tag, size: opts.etcdMembers, underlay: { ns: this.underlay, bridge: 'br0' }, base: UNDERLAY_V4 });
+    } else {
+      await this.startEtcd();
+    }
     await this.writeConfig(opts.config);
   }
 
@@ -218,8 +231,14 @@ export class Cluster {
     await this.etcdctl('put', '/coreos.com/network/config', JSON.stringify(config));
   }
 
-  /** etcdctl (v3) run inside the underlay namespace. */
+  /** weftd's --etcd-endpoints: the one etcd, or every member of the EtcdCluster. */
+  get etcdEndpoints(): string {
+    return this.etcd ? this.etcd.endpointsFlag : `http://${ETCD_IP}:2379`;
+  }
+
+  /** etcdctl (v3) run inside the underlay namespace (against every reachable member of an EtcdCluster). */
   etcdctl(...args: string[]): Promise<string> {
+    if (this.etcd) return this.etcd.etcdctl(...args);
     return sh('ip', ['netns', 'exec', this.underlay, 'env', 'ETCDCTL_API=3', 'etcdctl', '--endpoints', `http://${ETCD_IP}:2379`, ...args]);
   }
 
@@ -251,9 +270,10 @@ export class Cluster {
       await exited;
       clearTimeout(timer);
     }
+    const etcdStopped = await Promise.allSettled([this.etcd?.stop()]);
     for (const ns of this.namespaces) await delNetns(ns);
     rmSync(this.dir, { recursive: true, force: true });
-    const failed = stops.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    const failed = [...stops, ...etcdStopped].find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) throw failed.reason;
   }
 }

@@ -9,7 +9,12 @@
 //   immutability; no server-side apply; no admission, RBAC, or managedFields;
 // - a resourceVersion newer than the current one fails at once with 504 (the real server first
 //   waits up to 3 s for it to arrive);
-// - only Nodes can be watched; Pods can only be fetched by name.
+// - only Nodes can be watched; Pods can only be fetched by name;
+// - the watch cache keeps every event since start-up (or since `resume({ freshWatchCache })`): a
+//   real one holds a bounded window, so under heavy churn a slow client can get 410 sooner.
+// Faults for tests: `pause`/`resume` (a restart keeping the store, optionally graceful and with a
+// fresh watch cache), `compactContinuously` (a burst of 410s), `setLatency` (a slow server),
+// `breakWatches`/`endWatches`, `failNext`.
 import { randomUUID } from 'node:crypto';
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -49,6 +54,14 @@ export interface FakeKubeOptions {
   readonly port?: number;
 }
 
+export interface PauseOptions {
+  readonly graceful?: boolean;
+}
+
+export interface ResumeOptions {
+  readonly freshWatchCache?: boolean;
+}
+
 export interface RequestRecord {
   readonly at: number;
   readonly method: string;
@@ -59,6 +72,8 @@ export interface RequestRecord {
   /** HTTP status sent (200 for a watch that started streaming). */
   readonly status: number;
   readonly watch: boolean;
+  /** A watch answered with one ERROR event instead of events (410 for a resourceVersion too old). */
+  readonly watchError?: number;
 }
 
 export interface RequestInfo {
@@ -110,10 +125,37 @@ export interface FakeKube {
   compactBefore(rv: number | string): void;
   /** The next `n` requests (matching `match`, if given) fail with `code` and a Status body. */
   failNext(n: number, code: number, match?: (req: RequestInfo) => boolean): void;
-  /** Outage: stop listening and drop every connection, keeping all state (clients get ECONNREFUSED). */
-  pause(): Promise<void>;
-  /** Listen again on the same port after `pause()`. */
-  resume(): Promise<void>;
+  /**
+   * A burst of 410s, as repeated compaction makes it: each compaction restarts the watch cache,
+   * which ends its open watches cleanly and comes back from a fresh list, already older than the
+   * next compaction. Turned on, it ends every open watch cleanly; until turned off, every request
+   * that resumes from a resourceVersion — a watch from one (answered 200 and one ERROR 410 event,
+   * as the watch cache answers), a list with a continue token or resourceVersionMatch=Exact — is
+   * 410 Expired, even from the newest resourceVersion (the worst a client can meet: the real window
+   * moves with the compactions). Plain lists, and watches without a resourceVersion, are served.
+   */
+  compactContinuously(on: boolean): void;
+  /**
+   * A slow server: each request is handled `ms` after it arrived (a list then shows the state at
+   * that moment), and each watch event reaches its stream `ms` after it happened, in order. 0 turns
+   * it off for what comes next; requests and events already held back keep their due time (a
+   * stream is never reordered).
+   */
+  setLatency(ms: number): void;
+  /**
+   * Server stop, keeping all state (the store is etcd's): stop listening and drop every connection
+   * (clients get ECONNREFUSED). `graceful` first ends every open watch cleanly, as a real API server
+   * does when it is terminated with SIGTERM; without it, a crash (streams cut mid-way).
+   */
+  pause(opts?: PauseOptions): Promise<void>;
+  /**
+   * Listen again on the same port after `pause()`, same objects and resourceVersions.
+   * `freshWatchCache`: as a real restarted API server, whose watch cache starts from a list at the
+   * current resourceVersion, a watch from any older resourceVersion gets 410 "too old resource
+   * version" (lists are served from etcd and are not affected). Without it, watches can resume from
+   * before the outage (as another API server whose cache reaches back would serve them).
+   */
+  resume(opts?: ResumeOptions): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -135,6 +177,9 @@ interface Watcher {
   readonly fields: Matcher | null;
   readonly bookmarks: boolean;
   readonly timers: NodeJS.Timeout[];
+  /** Lines held back by the latency, in order (`line: null`: end the stream after them). */
+  readonly held: { due: number; line: string | null }[];
+  flush: NodeJS.Timeout | null;
 }
 
 interface Injection {
@@ -224,6 +269,10 @@ class Fake implements FakeKube {
 
   private rv: number;
   private compacted = 0;
+  /** The oldest resourceVersion the watch cache can resume from (set by a restart with a fresh cache). */
+  private watchCacheFrom = 0;
+  private compacting = false;
+  private latencyMs = 0;
   private readonly nodeMap = new Map<string, JsonObject>();
   private readonly podMap = new Map<string, JsonObject>();
   private readonly history: HistoryEntry[] = [];
@@ -386,18 +435,72 @@ class Fake implements FakeKube {
     this.injections.push({ remaining: n, code, match });
   }
 
+  compactContinuously(on: boolean): void {
+    this.compacting = on;
+    if (on) this.endWatches();
+  }
+
+  setLatency(ms: number): void {
+    if (!(Number.isFinite(ms) && ms >= 0)) throw new FakeKubeError(`invalid latency ${ms}`);
+    this.latencyMs = ms;
+  }
+
+  private expiredContinue(): HttpFailure {
+    return new HttpFailure(
+      410,
+      status.expired(
+        'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.',
+      ),
+    );
+  }
+
   // ---------- watches ----------
 
   openWatches(): number {
     return this.watchers.size;
   }
 
-  private write(w: Watcher, type: string, object: JsonObject): void {
-    w.res.write(`${JSON.stringify({ type, object })}\n`);
+  /**
+   * One line to a watch stream. `live`: an event happening now, which a slow server delivers late;
+   * the replay and the initial events of a new watch go with its (already delayed) response.
+   */
+  private write(w: Watcher, type: string, object: JsonObject, live = true): void {
+    const line = `${JSON.stringify({ type, object })}\n`;
+    if ((!live || this.latencyMs === 0) && w.held.length === 0) {
+      w.res.write(line);
+      return;
+    }
+    this.hold(w, line);
+  }
+
+  /** Queues a line (or the end, `null`) behind the ones already held back: due times never decrease. */
+  private hold(w: Watcher, line: string | null): void {
+    const last = w.held.at(-1)?.due ?? 0;
+    w.held.push({ due: Math.max(Date.now() + this.latencyMs, last), line });
+    if (w.flush === null) this.scheduleFlush(w);
+  }
+
+  private scheduleFlush(w: Watcher): void {
+    const head = w.held[0];
+    if (!head) return;
+    w.flush = setTimeout(() => {
+      w.flush = null;
+      const now = Date.now();
+      while (w.held.length > 0 && w.held[0]!.due <= now) {
+        const { line } = w.held.shift()!;
+        if (line === null) {
+          w.held.length = 0;
+          w.res.end();
+          return;
+        }
+        if (!w.res.destroyed) w.res.write(line);
+      }
+      this.scheduleFlush(w);
+    }, Math.max(0, head.due - Date.now()));
   }
 
   /** One history entry to one watcher, with the watch cache's selector transitions. */
-  private deliver(w: Watcher, e: HistoryEntry): void {
+  private deliver(w: Watcher, e: HistoryEntry, live = true): void {
     const stamp = (o: JsonObject): JsonObject => {
       const c = clone(o);
       child(c, 'metadata').resourceVersion = String(e.rv);
@@ -406,20 +509,27 @@ class Fake implements FakeKube {
     const curOk = e.type !== 'DELETED' && matches(e.object, w.labels, w.fields);
     const prevOk = e.prev !== undefined && matches(e.prev, w.labels, w.fields);
     if (e.type === 'DELETED') {
-      if (prevOk) this.write(w, 'DELETED', e.object);
+      if (prevOk) this.write(w, 'DELETED', e.object, live);
     } else if (curOk && prevOk) {
-      this.write(w, 'MODIFIED', e.object);
+      this.write(w, 'MODIFIED', e.object, live);
     } else if (curOk) {
-      this.write(w, 'ADDED', e.object);
+      this.write(w, 'ADDED', e.object, live);
     } else if (prevOk && e.prev) {
       // The object left the selector: the client sees it deleted (its previous state at this rv).
-      this.write(w, 'DELETED', stamp(e.prev));
+      this.write(w, 'DELETED', stamp(e.prev), live);
     }
   }
 
   private closeWatcher(w: Watcher, how: 'end' | 'destroy'): void {
     if (!this.watchers.delete(w)) return;
     for (const t of w.timers) clearTimeout(t); // also clears intervals
+    if (how === 'end' && w.held.length > 0 && !w.res.destroyed) {
+      // Events held back by the latency go out first; the end travels behind them.
+      this.hold(w, null);
+      return;
+    }
+    if (w.flush !== null) clearTimeout(w.flush);
+    w.held.length = 0;
     if (how === 'end') w.res.end();
     else w.res.socket?.destroy();
   }
@@ -470,7 +580,8 @@ class Fake implements FakeKube {
     }
   }
 
-  private startWatch(req: IncomingMessage, res: ServerResponse, q: URLSearchParams): void {
+  /** Starts a watch; returns the code of the ERROR event it was answered with instead, if any. */
+  private startWatch(req: IncomingMessage, res: ServerResponse, q: URLSearchParams): number | undefined {
     const { labels, fields } = this.selectors(q);
     const from = this.parseRv(q.get('resourceVersion'));
     if (from !== null && from > this.rv) throw this.tooLarge(from);
@@ -481,23 +592,26 @@ class Fake implements FakeKube {
     }
     const bookmarks = q.get('allowWatchBookmarks') === 'true';
     this.send(req, res, 200, null);
-    const w: Watcher = { res, labels, fields, bookmarks, timers: [] };
-    if (from !== null && from < this.compacted) {
+    const w: Watcher = { res, labels, fields, bookmarks, timers: [], held: [], flush: null };
+    const oldest = Math.max(this.compacted, this.watchCacheFrom, this.compacting ? this.rv + 1 : 0);
+    if (from !== null && from < oldest) {
       // The real watch cache answers 200 and a single ERROR event, then ends the stream.
-      this.write(w, 'ERROR', status.expired(`too old resource version: ${from} (${this.compacted})`));
+      this.write(w, 'ERROR', status.expired(`too old resource version: ${from} (${oldest})`), false);
       res.end();
-      return;
+      return 410;
     }
+    // The client went away while a slow server held its request: nothing to watch for.
+    if (res.destroyed || !res.socket || res.socket.destroyed) return undefined;
     if (from === null) {
       // No resourceVersion (or "0"): synthetic ADDED for the current state, then changes.
       const names = [...this.nodeMap.keys()].sort();
       for (const n of names) {
         const node = this.nodeMap.get(n);
-        if (node && matches(node, labels, fields)) this.write(w, 'ADDED', node);
+        if (node && matches(node, labels, fields)) this.write(w, 'ADDED', node, false);
       }
-      if (q.get('sendInitialEvents') === 'true' && bookmarks) this.write(w, 'BOOKMARK', bookmarkObject(this.rv, true));
+      if (q.get('sendInitialEvents') === 'true' && bookmarks) this.write(w, 'BOOKMARK', bookmarkObject(this.rv, true), false);
     } else {
-      for (const e of this.history) if (e.rv > from) this.deliver(w, e);
+      for (const e of this.history) if (e.rv > from) this.deliver(w, e, false);
     }
     this.watchers.add(w);
     // res, not req: an IncomingMessage closes as soon as its body is read.
@@ -507,6 +621,7 @@ class Fake implements FakeKube {
       const every = this.opts.bookmarkIntervalMs ?? 60_000;
       w.timers.push(setInterval(() => this.write(w, 'BOOKMARK', bookmarkObject(this.rv, false)), every));
     }
+    return undefined;
   }
 
   // ---------- HTTP ----------
@@ -548,13 +663,14 @@ class Fake implements FakeKube {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
+    if (this.latencyMs > 0) await new Promise((resolve) => setTimeout(resolve, this.latencyMs));
     const body = Buffer.concat(chunks).toString('utf8');
     const u = new URL(req.url ?? '/', 'http://fake');
     const method = req.method ?? 'GET';
     const watch = u.searchParams.get('watch') === 'true' || u.searchParams.get('watch') === '1';
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(req.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
-    const log = (code: number): void => {
+    const log = (code: number, watchError?: number): void => {
       this.requests.push({
         at: Date.now(),
         method,
@@ -564,6 +680,7 @@ class Fake implements FakeKube {
         body,
         status: code,
         watch,
+        ...(watchError === undefined ? {} : { watchError }),
       });
     };
     try {
@@ -575,8 +692,7 @@ class Fake implements FakeKube {
         throw new HttpFailure(inj.code, status.forCode(inj.code));
       }
       if (watch && method === 'GET' && u.pathname === '/api/v1/nodes') {
-        this.startWatch(req, res, u.searchParams);
-        log(200);
+        log(200, this.startWatch(req, res, u.searchParams));
         return;
       }
       const [code, out] = this.route(method, u, req.headers['content-type'], body);
@@ -644,18 +760,13 @@ class Fake implements FakeKube {
       }
       at = token.rv as number;
       after = (token.start as string).replace(/\0$/, '');
-      if (at < this.compacted) {
-        throw new HttpFailure(
-          410,
-          status.expired(
-            'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.',
-          ),
-        );
-      }
+      if (at < this.compacted || this.compacting) throw this.expiredContinue();
     } else if (match === 'Exact') {
       if (rv === null) throw new HttpFailure(422, status.failure(422, 'Invalid', 'resourceVersionMatch "Exact" requires a non-zero resourceVersion'));
       if (rv > this.rv) throw this.tooLarge(rv);
-      if (rv < this.compacted) throw new HttpFailure(410, status.expired('The resourceVersion for the provided list is too old.'));
+      if (rv < this.compacted || this.compacting) {
+        throw new HttpFailure(410, status.expired('The resourceVersion for the provided list is too old.'));
+      }
       at = rv;
     } else if (match === null || match === 'NotOlderThan') {
       if (rv !== null && rv > this.rv) throw this.tooLarge(rv);
@@ -825,14 +936,21 @@ class Fake implements FakeKube {
 
   // ---------- lifecycle ----------
 
-  async pause(): Promise<void> {
+  async pause(opts: PauseOptions = {}): Promise<void> {
+    if (opts.graceful) {
+      // Ended streams must reach the clients before the sockets are destroyed below.
+      const ending = [...this.watchers].map((w) => new Promise<void>((resolve) => w.res.once('finish', () => resolve()).once('close', () => resolve())));
+      this.endWatches();
+      await Promise.all(ending);
+    }
     this.breakWatches();
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     for (const s of this.sockets) s.destroy();
     await closed;
   }
 
-  async resume(): Promise<void> {
+  async resume(opts: ResumeOptions = {}): Promise<void> {
+    if (opts.freshWatchCache) this.watchCacheFrom = this.rv;
     await this.listen(this.port);
   }
 

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { etcdConnectOptions, FlagError, normalizeGoFlags, parseFlags } from '../../src/cli/flags.js';
+import { etcdConnectOptions, FlagError, leaseTiming, normalizeGoFlags, parseFlags } from '../../src/cli/flags.js';
 
 /** Asserts a FlagError whose message matches `message`. */
 function rejects(argv: string[], message: RegExp): void {
@@ -54,6 +54,8 @@ describe('parseFlags', () => {
       publicIp: '',
       publicIpv6: '',
       subnetLeaseRenewMargin: 60,
+      subnetLeaseTTL: 86400,
+      subnetLeaseRenewMarginSeconds: 3600,
       ipMasq: false,
       ipMasqConfig: '',
       ipMasqFullyRandomDisable: false,
@@ -153,6 +155,53 @@ describe('parseFlags', () => {
     rejects(['--subnet-lease-renew-margin', 'soon'], /--subnet-lease-renew-margin/);
     assert.equal(parseFlags(['--subnet-lease-renew-margin', '1']).subnetLeaseRenewMargin, 1);
     assert.equal(parseFlags(['--subnet-lease-renew-margin', '1439']).subnetLeaseRenewMargin, 1439);
+  });
+
+  describe('--subnet-lease-ttl', () => {
+    const timing = (f: ReturnType<typeof parseFlags>) => [f.subnetLeaseTTL, f.subnetLeaseRenewMarginSeconds];
+
+    it("is flannel's 24 h with a 60-minute margin by default", () => {
+      assert.deepEqual(timing(parseFlags([])), [86400, 3600]);
+      assert.deepEqual(leaseTiming(undefined, undefined), { ttl: 86400, margin: 3600 });
+    });
+
+    it('takes Go durations, from the command line or FLANNELD_SUBNET_LEASE_TTL', () => {
+      assert.deepEqual(timing(parseFlags(['--subnet-lease-ttl', '6h'])), [21600, 3600]);
+      assert.deepEqual(timing(parseFlags(['-subnet-lease-ttl=1h30m'])), [5400, 2700], 'the margin defaults to half a TTL under 2 h');
+      assert.deepEqual(timing(parseFlags(['--subnet-lease-ttl=1.5h'])), [5400, 2700]);
+      assert.deepEqual(timing(parseFlags(['--subnet-lease-ttl', '90s'])), [90, 45]);
+      assert.deepEqual(timing(parseFlags(['--subnet-lease-ttl', '25s'])), [25, 12]);
+      assert.deepEqual(timing(parseFlags(['--subnet-lease-ttl', '2h', '--subnet-lease-ttl', '3h'])), [10800, 3600], 'the last one wins');
+      process.env.FLANNELD_SUBNET_LEASE_TTL = '10m';
+      assert.deepEqual(timing(parseFlags([])), [600, 300]);
+      assert.deepEqual(timing(parseFlags(['--subnet-lease-ttl=20m'])), [1200, 600], 'the command line wins');
+    });
+
+    it('keeps a given margin, which must be below the TTL', () => {
+      assert.deepEqual(timing(parseFlags(['--subnet-lease-ttl', '30m', '--subnet-lease-renew-margin', '10'])), [1800, 600]);
+      assert.deepEqual(timing(parseFlags(['--subnet-lease-ttl', '2m', '--subnet-lease-renew-margin', '1'])), [120, 60]);
+      assert.deepEqual(timing(parseFlags(['--subnet-lease-renew-margin', '120'])), [86400, 7200]);
+      rejects(
+        ['--subnet-lease-ttl', '30m', '--subnet-lease-renew-margin', '30'],
+        /^--subnet-lease-renew-margin 30 \(minutes\) must be below --subnet-lease-ttl 30m \(1800s\): /,
+      );
+      rejects(['--subnet-lease-ttl', '45s', '--subnet-lease-renew-margin', '1'], /^--subnet-lease-renew-margin 1 \(minutes\) must be below --subnet-lease-ttl 45s \(45s\)/);
+      process.env.FLANNELD_SUBNET_LEASE_RENEW_MARGIN = '60';
+      rejects(['--subnet-lease-ttl', '1h'], /must be below --subnet-lease-ttl 1h/);
+    });
+
+    it('rejects what is not a duration of whole seconds between 20 s and etcd\'s maximum', () => {
+      rejects(['--subnet-lease-ttl', '3600'], /^--subnet-lease-ttl "3600": not a duration \(write it as Go does: 24h, 30m, 1h30m, 90s\)$/);
+      rejects(['--subnet-lease-ttl', '1d'], /not a duration/);
+      rejects(['--subnet-lease-ttl', ''], /subnet-lease-ttl/);
+      rejects(['--subnet-lease-ttl', '-1h'], /must be at least 20s/);
+      rejects(['--subnet-lease-ttl', '0'], /^--subnet-lease-ttl "0": must be at least 20s, /);
+      rejects(['--subnet-lease-ttl', '19s'], /must be at least 20s/);
+      rejects(['--subnet-lease-ttl', '20500ms'], /^--subnet-lease-ttl "20500ms": must be a whole number of seconds/);
+      rejects(['--subnet-lease-ttl', '3000000h'], /etcd takes at most 9000000000s/);
+      rejects(['--subnet-lease-ttl'], /subnet-lease-ttl/);
+      assert.deepEqual(timing(parseFlags(['--subnet-lease-ttl', '20s'])), [20, 10]);
+    });
   });
 
   it('--healthz-port must be a port number', () => {

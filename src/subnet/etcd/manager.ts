@@ -23,7 +23,8 @@ import type { WatchResult } from '../watcher.js';
 import type { Listing, Registry, RegistryWatch, StoredLease } from './contract.js';
 import { EtcdRegistry, type EtcdConnectOptions } from './registry.js';
 
-export const DEFAULT_LEASE_TTL_SECONDS = 24 * 3600;
+import { DEFAULT_LEASE_TTL_SECONDS } from './defaults.js';
+export { DEFAULT_LEASE_TTL_SECONDS };
 /** How long a start-up listing may be reused by the next step. */
 const LISTING_REUSE_MS = 10_000;
 
@@ -192,7 +193,9 @@ export class EtcdSubnetManager implements SubnetManager {
   ): Promise<void> {
     const log = this.opts.logger;
     let current = lease;
-    const retry = new Backoff(1000, 60_000);
+    // A failed renewal is retried often enough to land several attempts inside the margin: with a
+    // short TTL a 60 s backoff would let the lease expire while etcd is reachable again.
+    const retry = new Backoff(1000, Math.max(1000, Math.min(60_000, (this.margin * 1000) / 4)));
     while (!signal.aborted) {
       const stored = this.own.get(leaseId(current));
       const lost = new AbortController();

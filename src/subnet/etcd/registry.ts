@@ -2,8 +2,9 @@
 // <prefix>, every write a transaction (create-if-absent, compare-and-swap on modRevision), never a
 // blind put.
 import { readFileSync } from 'node:fs';
+import { InterceptingCall, type Interceptor } from '@grpc/grpc-js';
 import { ExponentialBackoff, type IBackoff } from 'cockatiel';
-import { Etcd3, type IOptions, type IKeyValue, type Watcher } from 'etcd3';
+import { Etcd3, Range, type IEvent, type ILeaseKeepAliveResponse, type IOptions, type IKeyValue } from 'etcd3';
 import { errorMessage } from '../../util/errors.js';
 import type { Logger } from '../../util/log.js';
 import type { IPNet } from '../../util/ip.js';
@@ -21,9 +22,10 @@ import {
   type StoredLease,
   type SubnetWatchHandlers,
 } from './contract.js';
+import { DEFAULT_LIVENESS, EndpointRotation, KEY_WATCH_LIVENESS, type LivenessTimings } from './watch-liveness.js';
+import { LivelyWatch, type WatchConnection } from './watch-stream.js';
 
-export const DEFAULT_ETCD_PREFIX = '/coreos.com/network';
-export const DEFAULT_ETCD_ENDPOINTS = ['http://127.0.0.1:4001', 'http://127.0.0.1:2379'];
+export { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX } from './defaults.js';
 
 export interface EtcdConnectOptions {
   readonly endpoints: readonly string[];
@@ -35,6 +37,8 @@ export interface EtcdConnectOptions {
   readonly password?: string;
   /** gRPC channel options (e.g. a distinct key to force a connection of one's own). */
   readonly grpcOptions?: IOptions['grpcOptions'];
+  /** When a quiet watch is probed and declared dead, for both watches (tests shorten them). */
+  readonly watchLiveness?: LivenessTimings;
 }
 
 /** The etcd connection flags do not make sense together; nothing was sent. */
@@ -45,44 +49,68 @@ export class EtcdOptionsError extends Error {
   }
 }
 
-/** Unary requests give up after this long (etcd3 retries 3 times); streams have no deadline. */
+/**
+ * Unary requests give up after this long (etcd3 retries 3 times, each on a host picked at random
+ * among those whose circuit breaker is closed); so does each lease keepalive exchange.
+ */
 const REQUEST_DEADLINE_MS = 5000;
-/** A watch that is not created within this time is stuck (see reconnect()). */
-const WATCH_CREATE_TIMEOUT_MS = 10_000;
+/** A watch stream not created within this time is given up for the next endpoint. */
+const WATCH_CREATE_TIMEOUT_MS = 5000;
+/** Keepalive exchanges tried before a renewal fails, each with the next member in turn. */
+const KEEPALIVE_ATTEMPTS = 3;
+
+/**
+ * HTTP/2 keepalive on every channel, the backstop for a member that goes silent under a stream
+ * (the watches also probe, see watch-stream.ts): a ping every 10 s while calls are open, the
+ * connection closed when one is not acknowledged within 5 s. etcd 3.4 answers pings more
+ * frequent than --grpc-keepalive-min-time (5 s), or any ping while no stream is open, with
+ * GOAWAY "too_many_pings", hence 10 s and no pings without calls.
+ */
+export const KEEPALIVE_GRPC_OPTIONS = {
+  'grpc.keepalive_time_ms': 10_000,
+  'grpc.keepalive_timeout_ms': 5000,
+  'grpc.keepalive_permit_without_calls': 0,
+} as const;
+
+/**
+ * etcd's "require leader" metadata (clientv3.WithRequireLeader): a member that has lost its
+ * leader refuses the watch, and cancels it after three election timeouts without one, instead
+ * of serving a watch that no longer sees the cluster's writes.
+ */
+export const requireLeader: Interceptor = (options, nextCall) =>
+  new InterceptingCall(nextCall(options), {
+    start(metadata, listener, next) {
+      const md = metadata.clone();
+      md.set('hasleader', 'true');
+      next(md, listener);
+    },
+  });
 
 export class EtcdRegistry implements Registry {
   private current: Etcd3;
   private readonly subnetsPrefix: string;
   private readonly reported = new Set<string>();
-  private reconnecting: Promise<void> | null = null;
+  /**
+   * Where the next watch stream or lease keepalive goes: shared, so each avoids a member that
+   * failed any of them lately.
+   */
+  private readonly rotation: EndpointRotation;
+  private readonly watches = new Set<LivelyWatch>();
+  /** Distinguishes each watch connection's channel options: a new one never reuses a dead one's HTTP/2 connection. */
+  private watchConnections = 0;
 
   constructor(
     readonly opts: EtcdConnectOptions,
     private readonly logger: Logger,
   ) {
     this.subnetsPrefix = `${trimSlash(opts.prefix)}/subnets/`;
-    this.current = new Etcd3(clientOptions(opts, logger));
+    this.current = new Etcd3(etcdClientOptions(opts, logger));
+    // Members are taken in turn from a random one, spreading the nodes' watches over the cluster.
+    this.rotation = new EndpointRotation(opts.endpoints, Math.floor(Math.random() * opts.endpoints.length));
   }
 
   get client(): Etcd3 {
     return this.current;
-  }
-
-  /**
-   * Replaces the client. etcd3 1.1.2 refreshes an expired or invalidated auth token (etcd restart,
-   * idle TTL) only for unary calls: a watch is refused with "invalid auth token" and, worse, every
-   * later watch creation on that client hangs. A fresh client authenticates again.
-   */
-  private reconnect(reason: string): Promise<void> {
-    this.reconnecting ??= Promise.resolve()
-      .then(() => {
-        this.logger.warn('reconnecting to etcd', { reason });
-        const old = this.current;
-        this.current = new Etcd3(clientOptions(this.opts, this.logger));
-        retire(old);
-      })
-      .finally(() => (this.reconnecting = null));
-    return this.reconnecting;
   }
 
   get configKey(): string {
@@ -165,18 +193,49 @@ export class EtcdRegistry implements Registry {
 
   async keepAlive(etcdLease: string): Promise<number> {
     return this.call('renew lease', async () => {
-      const stream = await this.client.leaseClient.leaseKeepAlive();
+      let last: unknown = null;
+      for (let i = 0; i < KEEPALIVE_ATTEMPTS; i++) {
+        const endpoint = this.rotation.pick(Date.now());
+        try {
+          return await this.keepAliveOnce(etcdLease, endpoint);
+        } catch (e) {
+          last = e;
+          this.rotation.suspect(endpoint, Date.now());
+          this.logger.debug('lease keepalive failed', { endpoint, attempt: i + 1, error: errorMessage(e) });
+        }
+      }
+      throw last;
+    });
+  }
+
+  /**
+   * One keepalive exchange with `endpoint`, on a client of its own: etcd3's pool would pick a
+   * member at random, possibly the one that just failed; here each attempt goes to the next
+   * member not known to fail (the watches' rotation). The stream has the unary deadline: without
+   * it a member that went silent would hold the renewal until TCP gives up. A fresh client also
+   * authenticates afresh (etcd3 refreshes a stale token only for unary calls).
+   */
+  private async keepAliveOnce(etcdLease: string, endpoint: string): Promise<number> {
+    const client = new Etcd3(etcdClientOptions({ ...this.opts, endpoints: [endpoint] }, this.logger, { quiet: true }));
+    try {
+      const stream = await client.leaseClient.leaseKeepAlive({ deadline: Date.now() + REQUEST_DEADLINE_MS });
       try {
-        const res = await new Promise<{ TTL: string }>((resolve, reject) => {
+        const res = await new Promise<ILeaseKeepAliveResponse>((resolve, reject) => {
           stream.on('data', resolve);
           stream.on('error', reject);
+          stream.on('end', () => reject(new Error('etcd ended the keepalive stream without an answer')));
           stream.write({ ID: etcdLease });
         });
-        return Number(res.TTL);
+        const ttl = typeof res.TTL === 'string' && /^-?\d+$/.test(res.TTL) ? Number(res.TTL) : NaN;
+        if (!Number.isSafeInteger(ttl)) throw new Error(`etcd answered the keepalive of lease ${etcdLease} with TTL ${JSON.stringify(res.TTL)}`);
+        return ttl;
       } finally {
+        // The listeners stay: the deadline may still fire after an answer, into a settled promise.
         stream.end();
       }
-    });
+    } finally {
+      retire(client);
+    }
   }
 
   async timeToLive(etcdLease: string): Promise<number> {
@@ -187,61 +246,94 @@ export class EtcdRegistry implements Registry {
   }
 
   async watchSubnets(fromRevision: string, handlers: SubnetWatchHandlers): Promise<RegistryWatch> {
-    const w = await this.createWatch('watch leases', () =>
-      this.client.watch().prefix(this.subnetsPrefix).startRevision(fromRevision).create(),
-    );
-    w.on('data', (res) => {
-      const events = this.parseEvents(res.events);
-      if (events.length > 0) handlers.onEvents(events);
+    const range = Range.prefix(this.subnetsPrefix);
+    return this.watch('watch leases', 'leases', range.start, range.end, fromRevision, this.opts.watchLiveness ?? DEFAULT_LIVENESS, {
+      onEvents: (events) => {
+        const parsed = this.parseEvents(events);
+        if (parsed.length > 0) handlers.onEvents(parsed);
+      },
+      onError: handlers.onError,
     });
-    w.on('disconnected', (err) => this.logger.debug('etcd watch disconnected', { error: err.message }));
-    w.on('connected', () => this.logger.debug('etcd watch connected'));
-    return this.ended(w, handlers.onError);
   }
 
   async watchKey(key: string, fromRevision: string, handlers: KeyWatchHandlers): Promise<RegistryWatch> {
-    const w = await this.createWatch('watch lease', () => this.client.watch().key(key).startRevision(fromRevision).create());
-    w.on('delete', () => handlers.onChange(null));
-    w.on('put', (kv) => handlers.onChange(kv.lease));
-    return this.ended(w, handlers.onError);
+    return this.watch('watch lease', key, Buffer.from(key), undefined, fromRevision, this.opts.watchLiveness ?? KEY_WATCH_LIVENESS, {
+      onEvents: (events) => {
+        for (const ev of events) {
+          if (ev.type === 'Delete') handlers.onChange(null);
+          else if (typeof ev.kv?.lease === 'string') handlers.onChange(ev.kv.lease);
+        }
+      },
+      onError: handlers.onError,
+    });
   }
 
   /**
-   * The watch's end by the server (compaction, refused credentials): etcd3 has dropped the watcher
-   * already, so it is only released here. A refused token needs a fresh client before the caller's
-   * next watch.
+   * A watch on a stream and client of its own (watch-stream.ts): probed when quiet, moved to
+   * another member when its member stops answering, resumed after the last event delivered.
+   * Every connection is a new client, so it authenticates afresh: etcd3 1.1.2 refreshes an
+   * expired or invalidated token (etcd restart, idle TTL) only for unary calls.
    */
-  private ended(w: Watcher, onError: (err: Error) => void): RegistryWatch {
-    w.on('error', (err) => {
-      void cancelWatcher(w);
-      const again = isAuthError(err) ? this.reconnect(err.message) : Promise.resolve();
-      void again.then(() => onError(err));
+  private async watch(
+    op: string,
+    what: string,
+    key: Buffer,
+    rangeEnd: Buffer | undefined,
+    fromRevision: string,
+    timings: LivenessTimings,
+    handlers: { onEvents: (events: IEvent[]) => void; onError: (err: Error) => void },
+  ): Promise<RegistryWatch> {
+    const w: LivelyWatch = new LivelyWatch({
+      what,
+      key,
+      ...(rangeEnd ? { rangeEnd } : {}),
+      fromRevision,
+      connect: (endpoint) => this.connectWatch(endpoint),
+      rotation: this.rotation,
+      endpointCount: this.opts.endpoints.length,
+      logger: this.logger,
+      createTimeoutMs: WATCH_CREATE_TIMEOUT_MS,
+      timings,
+      onEvents: handlers.onEvents,
+      onError: (err) => {
+        this.watches.delete(w);
+        handlers.onError(err);
+      },
     });
-    return { cancel: () => cancelWatcher(w) };
+    this.watches.add(w);
+    try {
+      await this.call(op, () => w.start());
+    } catch (e) {
+      this.watches.delete(w);
+      await w.cancel();
+      throw e;
+    }
+    return {
+      cancel: () => {
+        this.watches.delete(w);
+        return w.cancel();
+      },
+    };
   }
 
-  /** A watch creation that hangs means a wedged client: replace it and let the caller retry. */
-  private async createWatch(op: string, create: () => Promise<Watcher>): Promise<Watcher> {
-    let timer: NodeJS.Timeout | undefined;
-    const pending = create();
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${WATCH_CREATE_TIMEOUT_MS} ms`)), WATCH_CREATE_TIMEOUT_MS);
-    });
+  /** A watch stream to one endpoint, on a client (and HTTP/2 connection) of its own. */
+  private async connectWatch(endpoint: string): Promise<WatchConnection> {
+    const grpcOptions = { ...this.opts.grpcOptions, 'weft.watch-connection': ++this.watchConnections };
+    const client = new Etcd3(etcdClientOptions({ ...this.opts, endpoints: [endpoint], grpcOptions }, this.logger, { quiet: true }));
     try {
-      return await this.call(op, () => Promise.race([pending, timeout]));
+      const stream = await client.watchClient.watch({ interceptors: [requireLeader] });
+      return { stream, close: () => retire(client) };
     } catch (e) {
-      pending.then((w) => void cancelWatcher(w), () => undefined);
-      await this.reconnect(`${op}: ${errorMessage(e)}`);
+      retire(client);
       throw e;
-    } finally {
-      clearTimeout(timer);
     }
   }
 
   /** Turns watch events into lease events; what does not parse is reported once and skipped. */
-  private parseEvents(events: ReadonlyArray<{ type: string; kv: IKeyValue }>): RawLeaseEvent[] {
+  private parseEvents(events: readonly IEvent[]): RawLeaseEvent[] {
     const out: RawLeaseEvent[] = [];
     for (const ev of events) {
+      if (!ev?.kv || !Buffer.isBuffer(ev.kv.key)) continue;
       if (ev.type === 'Delete') {
         const keyText = ev.kv.key.toString();
         const sub = this.parseKey(keyText);
@@ -255,7 +347,8 @@ export class EtcdRegistry implements Registry {
   }
 
   async close(): Promise<void> {
-    await this.reconnecting;
+    await Promise.all([...this.watches].map((w) => w.cancel()));
+    this.watches.clear();
     retire(this.current);
   }
 
@@ -302,33 +395,14 @@ export class EtcdRegistry implements Registry {
   }
 }
 
-/**
- * Cancels a watcher without hanging: etcd3 waits for an 'end' that never comes when the server
- * has already cancelled the watch (compaction), so give up waiting after a second.
- */
-async function cancelWatcher(w: Watcher): Promise<void> {
-  w.removeAllListeners();
-  w.on('error', () => undefined);
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([
-    w.cancel().catch(() => undefined),
-    new Promise<void>((resolve) => (timer = setTimeout(resolve, 1000))),
-  ]);
-  clearTimeout(timer);
-}
-
-/** Whether a watch error means the client must authenticate again. */
-function isAuthError(err: Error): boolean {
-  return /invalid auth token|Unauthenticated|auth token is expired/i.test(err.message);
-}
-
 function trimSlash(p: string): string {
   return p.replace(/\/+$/, '');
 }
 
 /**
  * Closes a client for good. etcd3 keeps trying to re-establish watchers that were refused at
- * creation even after close(), which would keep the process alive: drop them first.
+ * creation even after close(), which would keep the process alive: drop them first (weft's own
+ * watches do not use etcd3's watchers; a caller of `client` might).
  */
 function retire(client: Etcd3): void {
   const wm = (client as unknown as { watchManager?: { watchers?: unknown[] } }).watchManager;
@@ -336,19 +410,20 @@ function retire(client: Etcd3): void {
   client.close();
 }
 
-function clientOptions(opts: EtcdConnectOptions, logger: Logger): IOptions {
+export function etcdClientOptions(opts: EtcdConnectOptions, logger: Logger, { quiet = false } = {}): IOptions {
   if (Boolean(opts.certFile) !== Boolean(opts.keyFile)) {
     throw new EtcdOptionsError(
       `--etcd-certfile and --etcd-keyfile go together (got ${opts.certFile ? 'a cert file without a key file' : 'a key file without a cert file'})`,
     );
   }
-  // Unary calls get a deadline so a silent endpoint fails instead of hanging; streams do not.
+  // Unary calls get a deadline so a silent endpoint fails instead of hanging. Streams get none
+  // here: a keepalive exchange sets its own, a watch is probed (watch-stream.ts).
   const callOptions = (ctx: { isStream: boolean }) =>
     ctx.isStream ? {} : { deadline: Date.now() + REQUEST_DEADLINE_MS };
   const o: IOptions = {
     hosts: [...opts.endpoints],
     defaultCallOptions: callOptions,
-    ...(opts.grpcOptions ? { grpcOptions: opts.grpcOptions } : {}),
+    grpcOptions: { ...KEEPALIVE_GRPC_OPTIONS, ...opts.grpcOptions },
     // flannel's watch reconnect backoff: 100 ms doubling up to 5 s.
     // etcd3 types this as IBackoff but calls .next() on it first, as on its own default factory.
     faultHandling: {
@@ -364,7 +439,7 @@ function clientOptions(opts: EtcdConnectOptions, logger: Logger): IOptions {
     };
   } else if (opts.caFile) {
     o.credentials = { rootCertificate: readFileSync(opts.caFile) };
-  } else if (opts.endpoints.some((e) => e.startsWith('https:'))) {
+  } else if (!quiet && opts.endpoints.some((e) => e.startsWith('https:'))) {
     logger.warn('https etcd endpoint without --etcd-cafile: using the system CA store');
   }
   if (opts.username) o.auth = { username: opts.username, password: opts.password ?? '', callOptions };

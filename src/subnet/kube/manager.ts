@@ -81,6 +81,16 @@ export class PatchConflictError extends Error {
   }
 }
 
+/**
+ * Waits between list/watch attempts while the API server fails. The cap bounds catch-up: once the
+ * server is back (restarted, its 410 burst over, no longer slow) every node re-lists within one
+ * wait — at most 3 s with the jitter — and so programs what changed within 5 s (issue 16's bound;
+ * a 5 s cap, 6 s with jitter, could not keep it). A failed attempt costs little (a refused
+ * connection; in a 410 burst one list and one watch per node per 2.5 s), nothing like a hot loop.
+ */
+export const WATCH_RETRY_INITIAL_MS = 100;
+export const WATCH_RETRY_MAX_MS = 2500;
+
 /** Status codes worth retrying: the server is away, overloaded, or (RBAC being applied) not yet letting us in. */
 function retryable(e: unknown): boolean {
   if (e instanceof KubeConnectionError || e instanceof KubeProtocolError) return true;
@@ -212,7 +222,7 @@ export class KubeSubnetManager implements SubnetManager {
     const log = this.opts.logger;
     const cfg = this.config ?? (await this.getNetworkConfig());
     const tracker = new NodeLeases(this.names, cfg, log);
-    const backoff = new Backoff(100, 5000);
+    const backoff = new Backoff(WATCH_RETRY_INITIAL_MS, WATCH_RETRY_MAX_MS);
     const say = rateLimited(log, 30_000);
     let rv: string | null = null;
     // The current watch: when the server accepted it, and how many events it brought.
@@ -220,8 +230,12 @@ export class KubeSubnetManager implements SubnetManager {
     let events = 0;
     // A watch that brought events or ran for a while was a success: the backoff starts afresh.
     // One that ends or breaks right after opening keeps growing it, so a flapping server is not
-    // hammered with lists.
-    const progressed = () => openedAt > 0 && (events > 0 || Date.now() - openedAt > 10_000);
+    // hammered with lists. A clean end (the server's timeout, or its graceful shutdown) after a
+    // second of streaming is a success too: counting only events and 10 s, a quiet watch that a
+    // restarting server ended kept the backoff of an earlier outage, and both the re-watch and the
+    // re-list after its 410 waited a full capped delay (5.6 s to catch up, beyond issue 16's 5 s).
+    const progressed = (cleanEnd: boolean) =>
+      openedAt > 0 && (events > 0 || Date.now() - openedAt > (cleanEnd ? 1000 : 10_000));
     while (!signal.aborted) {
       try {
         if (rv === null) {
@@ -257,16 +271,17 @@ export class KubeSubnetManager implements SubnetManager {
           flush();
         }
         if (end === 'expired') {
-          log.info('node watch expired (410); listing again', { resourceVersion: rv });
+          // Rate-limited like failures: a burst of 410s (compaction repeated) must not fill the log either.
+          say('expired', 'info', 'node watch expired (410); listing again', { resourceVersion: rv });
           rv = null;
         }
         // 'closed': the server's timeout; watch again from the last resourceVersion seen.
-        if (progressed()) backoff.reset();
+        if (progressed(end === 'closed')) backoff.reset();
         else await backoff.wait(signal).catch(() => undefined);
       } catch (e) {
         if (signal.aborted) break;
         this.opts.onStoreError?.('watch');
-        if (progressed()) backoff.reset();
+        if (progressed(false)) backoff.reset();
         openedAt = 0;
         const error = errorMessage(e);
         // An outage of minutes must not fill the log: each distinct failure once per 30 s.
