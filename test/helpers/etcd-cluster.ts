@@ -360,6 +360,18 @@ export class EtcdCluster {
     if (m.state === 'partitioned') m.state = 'up';
   }
 
+  /**
+   * Every member back: partitions healed, stopped members started. After a failed scenario
+   * (`bestEffort`) errors are ignored, so a clean-up never hangs on a member that will not come back.
+   */
+  async restoreAll(bestEffort = false): Promise<void> {
+    const tolerate = (p: Promise<void>) => (bestEffort ? p.catch(() => undefined) : p);
+    for (let i = 0; i < this.size; i++) {
+      if (this.member(i).state === 'partitioned') await tolerate(this.heal(i));
+      if (this.member(i).pid === null) await tolerate(this.restart(i, 'running'));
+    }
+  }
+
   /** Member i's own view (serializable: answers without a leader): its revision, raft term and leader. */
   async memberStatus(i: number): Promise<{ revision: bigint; term: bigint; leader: string; appliedIndex: bigint } | null> {
     const out = await this.etcdctlAt([i], 'endpoint', 'status', '-w', 'json').catch(() => null);

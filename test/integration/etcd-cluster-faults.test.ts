@@ -88,10 +88,7 @@ describe('weftd against a 3-member etcd: leader kill, partition, quorum loss', f
   });
   beforeEach(async () => {
     // Every scenario starts from a whole, healthy etcd cluster and converged hosts.
-    for (const m of [0, 1, 2]) {
-      if (etcd.member(m).state === 'partitioned') await etcd.heal(m);
-      if (etcd.member(m).pid === null) await etcd.restart(m, 'running');
-    }
+    await etcd.restoreAll();
     await etcd.waitHealthy();
     await waitFor(async () => (await divergence(c.hosts, etcdctl)).length === 0, { timeoutMs: 30_000, what: 'converged before the scenario' });
   });
@@ -100,10 +97,7 @@ describe('weftd against a 3-member etcd: leader kill, partition, quorum loss', f
     scenario = null;
     // A failed scenario may leave members cut off or down: bring them back so the writer's change in
     // flight can finish, but never hang here.
-    for (const m of [0, 1, 2]) {
-      if (etcd?.member(m).state === 'partitioned') await etcd.heal(m).catch(() => undefined);
-      if (etcd?.member(m).pid === null) await etcd.restart(m, 'running').catch(() => undefined);
-    }
+    await etcd?.restoreAll(true);
     await writer?.stopWithin(30_000);
   });
   after(async () => {

@@ -57,7 +57,7 @@ describe('weftd against a 3-member etcd: rolling restart, compaction, whole clus
     await waitFor(() => c.allPodsReachable(), { timeoutMs: 30_000, what: 'pods reaching each other' });
   });
   beforeEach(async () => {
-    for (const m of [0, 1, 2]) if (etcd.member(m).pid === null) await etcd.restart(m, 'running');
+    await etcd.restoreAll();
     await etcd.waitHealthy();
     await waitFor(async () => (await divergence(c.hosts, etcdctl)).length === 0, { timeoutMs: 30_000, what: 'converged before the scenario' });
   });
@@ -66,10 +66,7 @@ describe('weftd against a 3-member etcd: rolling restart, compaction, whole clus
     scenario = null;
     // A failed scenario may leave members cut off or down: bring them back so the writer's change in
     // flight can finish, but never hang here.
-    for (const m of [0, 1, 2]) {
-      if (etcd?.member(m).state === 'partitioned') await etcd.heal(m).catch(() => undefined);
-      if (etcd?.member(m).pid === null) await etcd.restart(m, 'running').catch(() => undefined);
-    }
+    await etcd?.restoreAll(true);
     await writer?.stopWithin(30_000);
   });
   after(async () => {
