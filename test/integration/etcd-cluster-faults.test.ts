@@ -6,10 +6,10 @@
 // ends up exactly equal to etcd. Each scenario prints its figures on one line.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { Cluster, type Host } from '../helpers/cluster.js';
+import type { Host } from '../helpers/cluster.js';
 import {
   type EtcdCluster,
-  LeaseWriter,
+  type LeaseWriter,
   Scenario,
   assertLeasesKept,
   assertReport,
@@ -18,6 +18,7 @@ import {
   latencySummary,
 } from '../helpers/etcd-cluster.js';
 import { nsExec } from '../helpers/netns.js';
+import { etcdFaultSuite } from '../helpers/etcd-fault-suite.js';
 import { waitFor } from '../helpers/wait.js';
 
 const BOUND_MS = 5000;
@@ -65,68 +66,32 @@ async function watchMember(h: Host, etcd: EtcdCluster, writer: LeaseWriter): Pro
 
 describe('weftd against a 3-member etcd: leader kill, partition, quorum loss', function () {
   this.timeout(300_000);
-  let c: Cluster;
-  let etcd: EtcdCluster;
-  let writer: LeaseWriter;
-  let scenario: Scenario | null = null;
-  const etcdctl = (...a: string[]) => c.etcdctl(...a);
-
-  before(async () => {
-    c = await Cluster.create({
-      hosts: 3,
-      tag: 'ecf',
-      etcdMembers: 3,
-      // Real nodes take 10.64.1-99.0/24; the writer's fakes are 10.65.0.0/24 upwards.
-      config: { Network: '10.64.0.0/10', SubnetMax: '10.64.99.0', Backend: { Type: 'vxlan' } },
-    });
-    etcd = c.etcd!;
-    await c.startAll();
-    writer = new LeaseWriter(etcdctl, { seed: 1604 });
-    for (let i = 0; i < 6; i++) await writer.put();
-    await waitFor(async () => (await divergence(c.hosts, etcdctl)).length === 0, { timeoutMs: 30_000, what: 'every host programmed' });
-    await waitFor(() => c.allPodsReachable(), { timeoutMs: 30_000, what: 'pods reaching each other' });
-  });
-  beforeEach(async () => {
-    // Every scenario starts from a whole, healthy etcd cluster and converged hosts.
-    await etcd.restoreAll();
-    await etcd.waitHealthy();
-    await waitFor(async () => (await divergence(c.hosts, etcdctl)).length === 0, { timeoutMs: 30_000, what: 'converged before the scenario' });
-  });
-  afterEach(async () => {
-    scenario?.stop();
-    scenario = null;
-    // A failed scenario may leave members cut off or down: bring them back so the writer's change in
-    // flight can finish, but never hang here.
-    await etcd?.restoreAll(true);
-    await writer?.stopWithin(30_000);
-  });
-  after(async () => {
-    await c?.destroy();
-  });
+  const s = etcdFaultSuite({ tag: 'ecf', seed: 1604 });
+  const { etcdctl } = s;
 
   it('keeps every lease, entry and readiness when the leader is SIGKILLed while leases churn', async () => {
-    const held = await heldLeases(c.hosts, etcdctl);
-    scenario = await Scenario.start(c.hosts, writer, etcdctl, '/readyz', etcd);
-    writer.phase = 'before';
-    writer.start();
-    await writer.waitAcked(15, (o) => o.phase === 'before');
-    const old = (await etcd.leader())!;
+    const held = await heldLeases(s.c.hosts, etcdctl);
+    const scenario = (s.scenario = await Scenario.start(s.c.hosts, s.writer, etcdctl, '/readyz', s.etcd));
+    s.writer.phase = 'before';
+    s.writer.start();
+    await s.writer.waitAcked(15, (o) => o.phase === 'before');
+    const old = (await s.etcd.leader())!;
     assert.notEqual(old, null);
-    writer.phase = 'election';
+    s.writer.phase = 'election';
     const killedAt = Date.now();
-    await etcd.kill(old);
+    await s.etcd.kill(old);
     const next = await waitFor(async () => {
-      const l = await etcd.leader();
+      const l = await s.etcd.leader();
       return l !== null && l !== old ? l : null;
     }, { timeoutMs: 15_000, what: 'a new leader' });
     const electedAt = Date.now();
     const electedMs = electedAt - killedAt;
-    writer.phase = 'after';
-    await writer.waitAcked(20, (o) => o.phase === 'after');
-    await etcd.restart(old);
-    writer.phase = 'rejoined';
-    await writer.waitAcked(10, (o) => o.phase === 'rejoined');
-    await writer.stop();
+    s.writer.phase = 'after';
+    await s.writer.waitAcked(20, (o) => o.phase === 'after');
+    await s.etcd.restart(old);
+    s.writer.phase = 'rejoined';
+    await s.writer.waitAcked(10, (o) => o.phase === 'rejoined');
+    await s.writer.stop();
     const r = await scenario.finish(BOUND_MS);
     const byPhase = (p: string) => r.ops.filter((o) => o.phase === p).length;
     const failed = r.ops.reduce((n, o) => n + o.attempts - 1, 0);
@@ -139,26 +104,26 @@ describe('weftd against a 3-member etcd: leader kill, partition, quorum loss', f
     );
     assertReport(r, BOUND_MS);
     assert.ok(inElection.length > 0, 'a change was in flight during the election');
-    await assertLeasesKept(c.hosts, etcdctl, held, writer);
+    await assertLeasesKept(s.c.hosts, etcdctl, held, s.writer);
   });
 
   it('moves the watch off a partitioned member within seconds and programs every change within 5 s', async () => {
-    const h = c.hosts[0]!;
-    const held = await heldLeases(c.hosts, etcdctl);
-    const member = await watchMember(h, etcd, writer);
+    const h = s.c.hosts[0]!;
+    const held = await heldLeases(s.c.hosts, etcdctl);
+    const member = await watchMember(h, s.etcd, s.writer);
     assert.notEqual(member, null, `found no etcd connection of ${h.ns}'s weftd carrying its watch`);
     const m = member!;
-    const wasLeader = (await etcd.leader()) === m;
-    await waitFor(async () => (await divergence(c.hosts, etcdctl)).length === 0, { timeoutMs: 15_000, what: 'converged after the probe changes' });
-    scenario = await Scenario.start(c.hosts, writer, etcdctl, '/readyz', etcd);
-    writer.phase = 'before';
-    writer.start();
-    await writer.waitAcked(5, (o) => o.phase === 'before');
+    const wasLeader = (await s.etcd.leader()) === m;
+    await waitFor(async () => (await divergence(s.c.hosts, etcdctl)).length === 0, { timeoutMs: 15_000, what: 'converged after the probe changes' });
+    const scenario = (s.scenario = await Scenario.start(s.c.hosts, s.writer, etcdctl, '/readyz', s.etcd));
+    s.writer.phase = 'before';
+    s.writer.start();
+    await s.writer.waitAcked(5, (o) => o.phase === 'before');
     const logMark = h.weftd!.output.length;
     const seen: { ms: number | null; line: string } = { ms: null, line: '' };
     const partitionedAt = Date.now();
-    await etcd.partition(m, 'link');
-    writer.phase = 'partitioned';
+    await s.etcd.partition(m, 'link');
+    s.writer.phase = 'partitioned';
     // The weftd's first log line about etcd after the cut: it noticed.
     const notice = setInterval(() => {
       const line = h.weftd!.output.slice(logMark).split('\n').find((l) => /etcd|watch/i.test(l));
@@ -169,17 +134,17 @@ describe('weftd against a 3-member etcd: leader kill, partition, quorum loss', f
     }, 50);
     try {
       // The partition lasts until changes have been acknowledged for 12 s past the cut.
-      await writer.waitAcked(1, (o) => o.phase === 'partitioned' && o.acked >= partitionedAt + 12_000, 60_000);
-      writer.phase = 'moved';
+      await s.writer.waitAcked(1, (o) => o.phase === 'partitioned' && o.acked >= partitionedAt + 12_000, 60_000);
+      s.writer.phase = 'moved';
       // Still partitioned: which member carries the watch now?
-      await writer.stop();
-      const now = await watchMember(h, etcd, writer);
-      writer.phase = 'healed';
-      await etcd.heal(m);
-      await etcd.waitHealthy();
-      writer.start();
-      await writer.waitAcked(5, (o) => o.phase === 'healed');
-      await writer.stop();
+      await s.writer.stop();
+      const now = await watchMember(h, s.etcd, s.writer);
+      s.writer.phase = 'healed';
+      await s.etcd.heal(m);
+      await s.etcd.waitHealthy();
+      s.writer.start();
+      await s.writer.waitAcked(5, (o) => o.phase === 'healed');
+      await s.writer.stop();
       const r = await scenario.finish(BOUND_MS);
       const noticedMs = seen.ms;
       const during = r.ops.filter((o) => o.phase === 'partitioned' || o.phase === 'moved');
@@ -193,62 +158,62 @@ describe('weftd against a 3-member etcd: leader kill, partition, quorum loss', f
       assert.ok(noticedMs !== null && noticedMs <= BOUND_MS, `weftd logged nothing about etcd within ${BOUND_MS} ms of the cut (noticed: ${noticedMs})`);
       assert.ok(now !== null && now !== m, `the watch moved to another member while e${m + 1} was cut off (now: ${now === null ? 'none' : `e${now + 1}`})`);
       assertReport(r, BOUND_MS);
-      await assertLeasesKept(c.hosts, etcdctl, held, writer);
+      await assertLeasesKept(s.c.hosts, etcdctl, held, s.writer);
     } finally {
       clearInterval(notice);
     }
   });
 
   it('keeps the dataplane and every lease while quorum is lost, and is normal when it is back', async () => {
-    const held = await heldLeases(c.hosts, etcdctl);
-    scenario = await Scenario.start(c.hosts, writer, etcdctl, '/readyz', etcd);
-    writer.phase = 'before';
-    writer.start();
-    await writer.waitAcked(5, (o) => o.phase === 'before');
-    await writer.stop();
-    await waitFor(async () => (await divergence(c.hosts, etcdctl)).length === 0, { timeoutMs: 10_000, what: 'converged before the loss' });
-    const routes = await Promise.all(c.hosts.map((h) => nsExec(h.ns, 'ip', 'route', 'show', 'proto', '88')));
-    const leader = (await etcd.leader())!;
+    const held = await heldLeases(s.c.hosts, etcdctl);
+    const scenario = (s.scenario = await Scenario.start(s.c.hosts, s.writer, etcdctl, '/readyz', s.etcd));
+    s.writer.phase = 'before';
+    s.writer.start();
+    await s.writer.waitAcked(5, (o) => o.phase === 'before');
+    await s.writer.stop();
+    await waitFor(async () => (await divergence(s.c.hosts, etcdctl)).length === 0, { timeoutMs: 10_000, what: 'converged before the loss' });
+    const routes = await Promise.all(s.c.hosts.map((h) => nsExec(h.ns, 'ip', 'route', 'show', 'proto', '88')));
+    const leader = (await s.etcd.leader())!;
     const down = [leader, (leader + 1) % 3];
     const lostAt = Date.now();
-    for (const i of down) await etcd.kill(i);
-    writer.phase = 'no quorum';
-    const refusedBefore = writer.failedAttempts;
-    writer.start();
+    for (const i of down) await s.etcd.kill(i);
+    s.writer.phase = 'no quorum';
+    const refusedBefore = s.writer.failedAttempts;
+    s.writer.start();
     // Quorum is lost for as long as it takes the survivor to refuse three changes.
-    await waitFor(() => writer.failedAttempts >= refusedBefore + 3, { timeoutMs: 60_000, what: 'three changes refused without quorum' });
+    await waitFor(() => s.writer.failedAttempts >= refusedBefore + 3, { timeoutMs: 60_000, what: 'three changes refused without quorum' });
     const lostMs = Date.now() - lostAt;
-    const during = await Promise.all(c.hosts.map((h) => nsExec(h.ns, 'ip', 'route', 'show', 'proto', '88')));
-    const duringLeases = c.hosts.map((h) => readFileSync(h.subnetFile, 'utf8'));
+    const during = await Promise.all(s.c.hosts.map((h) => nsExec(h.ns, 'ip', 'route', 'show', 'proto', '88')));
+    const duringLeases = s.c.hosts.map((h) => readFileSync(h.subnetFile, 'utf8'));
     const survivor = [0, 1, 2].find((i) => !down.includes(i))!;
     const backAt = Date.now();
-    for (const i of down) await etcd.restart(i, 'running');
-    await etcd.waitHealthy();
+    for (const i of down) await s.etcd.restart(i, 'running');
+    await s.etcd.waitHealthy();
     const quorumMs = Date.now() - backAt;
-    await writer.stop();
+    await s.writer.stop();
     // Back to normal: once every node has seen a change made after the recovery (how long that
     // took is reported, not bounded), every change is held to the 5 s bound again.
-    writer.phase = 'catch-up';
+    s.writer.phase = 'catch-up';
     const catchUpMs = await scenario.catchUp();
-    writer.phase = 'quorum back';
-    writer.start();
-    await writer.waitAcked(10, (o) => o.phase === 'quorum back');
-    await writer.stop();
+    s.writer.phase = 'quorum back';
+    s.writer.start();
+    await s.writer.waitAcked(10, (o) => o.phase === 'quorum back');
+    await s.writer.stop();
     // Changes acknowledged while the members were still recovering are only required to arrive
     // exactly; those made once every node caught up are held to the 5 s bound.
     const r = await scenario.finish(BOUND_MS, (o) => o.phase === 'quorum back');
     const recovering = r.ops.filter((o) => o.phase === 'no quorum');
-    const lag = recovering.map((o) => (scenario!.memberWatches!.delivered(survivor, o.revision) ?? NaN) - o.acked);
+    const lag = recovering.map((o) => (scenario.memberWatches!.delivered(survivor, o.revision) ?? NaN) - o.acked);
     const u = r.untimed.latencies;
     console.log(
-      `      quorum loss: e${down[0]! + 1}+e${down[1]! + 1} SIGKILLed for ${lostMs} ms (${writer.failedAttempts - refusedBefore} changes refused), all healthy again ${quorumMs} ms after the restart, every node caught up ${catchUpMs} ms after the next change | ` +
+      `      quorum loss: e${down[0]! + 1}+e${down[1]! + 1} SIGKILLed for ${lostMs} ms (${s.writer.failedAttempts - refusedBefore} changes refused), all healthy again ${quorumMs} ms after the restart, every node caught up ${catchUpMs} ms after the next change | ` +
         `routes unchanged while lost: ${during.every((d, i) => d === routes[i]) ? 'yes' : 'NO'} | once healthy: ${latencySummary(r)}, late ${r.programming.late.length} | ` +
         `${recovering.length} acked during the recovery: programmed max ${u.length ? Math.max(...u) : NaN} ms after the ack, survivor e${survivor + 1} delivered them to a bare watch max ${lag.length ? Math.max(...lag) : NaN} ms after the ack | ` +
         `live entries deleted ${r.liveDeletions.length} | ready probes ${r.probeSamples - r.probeFailures.length}/${r.probeSamples}${r.probeFailures.length ? ` (${r.probeFailures[0]})` : ''} | exact ${r.divergence.length === 0 ? 'yes' : 'NO'}`,
     );
     assert.deepEqual(during, routes, 'the dataplane did not change while quorum was lost');
-    assert.deepEqual(duringLeases, c.hosts.map((h) => held.get(h.ns)!.env), 'subnet.env unchanged while quorum was lost');
+    assert.deepEqual(duringLeases, s.c.hosts.map((h) => held.get(h.ns)!.env), 'subnet.env unchanged while quorum was lost');
     assertReport(r, BOUND_MS);
-    await assertLeasesKept(c.hosts, etcdctl, held, writer);
+    await assertLeasesKept(s.c.hosts, etcdctl, held, s.writer);
   });
 });
