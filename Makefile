@@ -1,8 +1,9 @@
 # `make demo` and `make test` install what is missing (Debian packages as root, npm packages), build, and run.
 SHELL := /bin/bash
-APT_PACKAGES := etcd-server etcd-client iproute2 iptables nftables iputils-ping ethtool containernetworking-plugins conntrack tcpdump openvswitch-switch
-# A command each package provides, in the same order, to see whether it is installed.
-APT_PROBES := etcd etcdctl ip iptables nft ping ethtool /usr/lib/cni/bridge conntrack tcpdump ovs-vswitchd
+# gcc + libc6-dev: `npm run build` compiles the native CNI client (cni-plugins/native/weft-cni.c).
+APT_PACKAGES := etcd-server etcd-client iproute2 iptables nftables iputils-ping ethtool containernetworking-plugins conntrack tcpdump openvswitch-switch gcc libc6-dev
+# A command (or file) each package provides, in the same order, to see whether it is installed.
+APT_PROBES := etcd etcdctl ip iptables nft ping ethtool /usr/lib/cni/bridge conntrack tcpdump ovs-vswitchd gcc /usr/include/stdio.h
 
 .PHONY: all deps apt-deps npm-deps build lint typecheck test test-unit demo demo-clean bench clean
 
@@ -10,7 +11,7 @@ all: build
 
 apt-deps:
 	@missing=(); probes=($(APT_PROBES)); pkgs=($(APT_PACKAGES)); \
-	for i in "$${!probes[@]}"; do command -v "$${probes[$$i]}" >/dev/null 2>&1 || missing+=("$${pkgs[$$i]}"); done; \
+	for i in "$${!probes[@]}"; do p="$${probes[$$i]}"; command -v "$$p" >/dev/null 2>&1 || [[ "$$p" == /* && -e "$$p" ]] || missing+=("$${pkgs[$$i]}"); done; \
 	if [ $${#missing[@]} -gt 0 ]; then \
 	  echo "installing Debian packages: $${missing[*]}"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "run as root (or install: $${missing[*]})" >&2; exit 1; fi; \

@@ -39,6 +39,40 @@ Promise.all([get('/readyz'), get('/metrics')]).then(
 );
 `;
 
+/** weftd's weft_cni_requests_total samples as [plugin, verb, result, value], fetched inside the node's namespace. */
+const CNI_REQUESTS = `
+fetch('http://127.0.0.1:' + process.argv[1] + '/metrics').then((r) => r.text()).then(
+  (metrics) => {
+    const rows = [];
+    const re = /^weft_cni_requests_total\\{([^}]*)\\} (\\S+)$/gm;
+    for (let m; (m = re.exec(metrics)); ) {
+      const l = Object.fromEntries([...m[1].matchAll(/(\\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]));
+      rows.push([l.plugin, l.verb, l.result, Number(m[2])]);
+    }
+    console.log(JSON.stringify({ rows }));
+  },
+  (e) => console.log(JSON.stringify({ error: String((e.cause && e.cause.code) || e) })),
+);
+`;
+
+/** One sample of weft_cni_requests_total. */
+export interface CniRequestCount {
+  readonly plugin: string;
+  readonly verb: string;
+  readonly result: string;
+  readonly value: number;
+}
+
+/** The CNI server's request counters of the weftd in `ns` (its health server on 127.0.0.1:port). */
+export async function cniRequests(ns: string, port: number): Promise<CniRequestCount[]> {
+  const r = JSON.parse(await nsRun(ns, process.execPath, ['-e', CNI_REQUESTS, String(port)])) as {
+    rows?: [string, string, string, number][];
+    error?: string;
+  };
+  if (r.error !== undefined || !r.rows) throw new Error(`GET /metrics from weftd in ${ns}: ${r.error ?? 'no answer'}`);
+  return r.rows.map(([plugin, verb, result, value]) => ({ plugin, verb, result, value }));
+}
+
 export interface Readiness {
   readonly ready: boolean;
   readonly peers: number;

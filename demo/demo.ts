@@ -1,8 +1,10 @@
 // `make demo`: weft doing its job on one machine. Three nodes as network namespaces on an underlay
-// with a real etcd, one weftd per node (--ip-masq), our CNI plugins run the way a runtime runs a
-// conflist to attach two pods per node, then the proof: the lease table, every subnet.env, a
-// pod-to-pod reachability grid, a hostPort reached from another node and a pod reaching an
-// "internet" namespace through masquerade. Everything lives in `weftdemo-*` namespaces and under
+// with a real etcd, one weftd per node (--ip-masq, its CNI server on <node dir>/run/cni.sock), our
+// CNI plugins run the way a runtime runs a conflist to attach two pods per node (the native client
+// with WEFT_CNI_SOCKET = that node's socket), then the proof: the lease table, every subnet.env, the
+// CNI server's request counters (every ADD served by the node's weftd, none by the client's
+// fallback), a pod-to-pod reachability grid, a hostPort reached from another node and a pod reaching
+// an "internet" namespace through masquerade. Everything lives in `weftdemo-*` namespaces and under
 // /run/weft-demo, and is removed at the end (also on failure and Ctrl-C) unless --keep.
 //
 // With `--backend ovs` every node also runs its own Open vSwitch (userspace datapath, started and
@@ -19,9 +21,9 @@ import { mkdir, readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { CNI_PLUGIN_NAMES } from '../src/cli/install-cni.js';
+import { CNI_PLUGIN_NAMES, isScript } from '../src/cli/install-cni.js';
 import { waitFor, WaitAbort } from '../test/helpers/wait.js';
-import { connect, failedPairs, FAIL, OK, reachability, readiness, renderMatrix, startServer } from './checks.js';
+import { cniRequests, connect, failedPairs, FAIL, OK, reachability, readiness, renderMatrix, startServer } from './checks.js';
 import { moveUnderlayToBrPhy, OVS_BACKEND, OVS_PROGRAMS, OVS_SCHEMA, ovsEnv, ovsPaths, ovsVersion, startOvs, UNDERLAY_BRIDGE } from './ovs.js';
 import { addPod, writeConflist, type Attached, type Pod } from './runtime.js';
 import {
@@ -257,6 +259,8 @@ async function startWeftd(node: Node, peers: number, backend: BackendType): Prom
       '--subnet-file', node.subnetFile,
       '--healthz-ip', '127.0.0.1',
       '--healthz-port', String(HEALTHZ_PORT),
+      // The node's own CNI server: the runtime below hands this path to the plugin clients.
+      '--cni-socket', node.cniSocket,
     ],
     log,
     ovs ? ovsEnv(ovsPaths(node)) : {},
@@ -361,7 +365,7 @@ async function demo(opts: Options, progress: Progress, onOwned: () => void): Pro
 
   await progress.setup(`weftd on ${cluster.map((n) => n.name).join(', ')} (${opts.backend}, --ip-masq), each with ${NODE_COUNT - 1} peers programmed`, async (say) => {
     const started = await Promise.all(cluster.map((n) => startWeftd(n, NODE_COUNT - 1, opts.backend)));
-    cluster.forEach((n, i) => say(`${n.name}: pid ${started[i]!.pid}, subnet ${started[i]!.subnet}, log ${join(n.dir, 'weftd.log')}`));
+    cluster.forEach((n, i) => say(`${n.name}: pid ${started[i]!.pid}, subnet ${started[i]!.subnet}, CNI server ${n.cniSocket}, log ${join(n.dir, 'weftd.log')}`));
   });
 
   await progress.setup(`weft leases --etcd-endpoints ${ETCD_ENDPOINT}`, async (say) => {
@@ -386,7 +390,7 @@ async function demo(opts: Options, progress: Progress, onOwned: () => void): Pro
     say((await readFile(cluster[0]!.conflistFile, 'utf8')).trimEnd().replace(/^/gm, '  '));
   });
 
-  const pods = await progress.setup(`${NODE_COUNT * 2} pods: flannel ADD, then portmap ADD with prevResult (runtimeConfig.portMappings on *-a)`, async (say) => {
+  const pods = await progress.setup(`${NODE_COUNT * 2} pods: flannel ADD, then portmap ADD with prevResult (runtimeConfig.portMappings on *-a), WEFT_CNI_SOCKET = the node's socket`, async (say) => {
     const perNode = await Promise.all(
       cluster.map(async (n) => {
         const attached: Attached[] = [];
@@ -403,6 +407,33 @@ async function demo(opts: Options, progress: Progress, onOwned: () => void): Pro
       say(`${a.pod.name} on ${a.pod.node.name}: ${a.ip} (netns ${a.pod.ns}${hp})`);
     }
     return all;
+  });
+
+  await progress.check('every pod was set up by its node\'s CNI server (weft_cni_requests_total), none by the fallback', async (say) => {
+    const bad: string[] = [];
+    for (const n of cluster) {
+      // Built with --no-native (or an old build): the plugins are the bundles themselves.
+      if (await isScript(join(n.cniBinDir, 'flannel'))) {
+        say(`${n.name}: ${join(n.cniBinDir, 'flannel')} is a Node.js bundle, not the native client: no CNI server involved`);
+        continue;
+      }
+      const rows = await cniRequests(n.ns, HEALTHZ_PORT);
+      const count = (plugin: string, verb: string, result: string) =>
+        rows.filter((r) => r.plugin === plugin && r.verb === verb && r.result === result).reduce((a, r) => a + r.value, 0);
+      const want = podsOf(n).length;
+      const flannel = count('flannel', 'ADD', 'ok');
+      const portmap = count('portmap', 'ADD', 'ok');
+      const failed = rows.filter((r) => r.result !== 'ok' && r.value > 0).map((r) => `${r.plugin} ${r.verb} ${r.result} ×${r.value}`);
+      const line = `${n.name} (${n.cniSocket}): flannel ADD ok ${flannel}, portmap ADD ok ${portmap}${failed.length > 0 ? `; not ok: ${failed.join(', ')}` : ''}`;
+      if (flannel === want && portmap === want && failed.length === 0) {
+        say(`${OK} ${line}`);
+      } else {
+        say(`${FAIL} ${line} (want ${want} each, nothing else)`);
+        bad.push(`${n.name}: ${flannel}/${want} flannel and ${portmap}/${want} portmap ADDs served${failed.length > 0 ? `, ${failed.join(', ')}` : ''}` +
+          (flannel + portmap < 2 * want ? ' — the rest ran through the client\'s fallback (the Node.js bundle) or elsewhere' : ''));
+      }
+    }
+    if (bad.length > 0) throw new CheckFailed(bad.join('; '));
   });
 
   await progress.check(`pod-to-pod reachability (${pods.length * (pods.length - 1)} pings)`, async (say) => {
@@ -494,7 +525,7 @@ async function main(argv: string[]): Promise<number> {
   }
 
   const t0 = Date.now();
-  const progress = new Progress(opts.backend === 'ovs' ? 13 : 12);
+  const progress = new Progress(opts.backend === 'ovs' ? 14 : 13);
   let owned = false;
   let leaving = false;
   const finish = async (say: (line: string) => void): Promise<void> => {

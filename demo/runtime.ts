@@ -2,7 +2,9 @@
 // conflist, and for each plugin in order exec `<CNI_PATH>/<type>` inside the node's namespace with
 // the CNI environment and a config that is the plugin's entry plus the list's `name` and
 // `cniVersion`, the previous plugin's result as `prevResult`, and `runtimeConfig` holding the
-// capability arguments the plugin declares (here portMappings for portmap).
+// capability arguments the plugin declares (here portMappings for portmap). Each plugin gets the
+// node's CNI server socket as WEFT_CNI_SOCKET, so weft's client forwards the call to that node's
+// weftd.
 import { execFile } from 'node:child_process';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -104,6 +106,10 @@ function execPlugin(node: Node, pod: Pod, type: string, stdin: string): Promise<
     CNI_IFNAME: 'eth0',
     CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME=${pod.name};K8S_POD_INFRA_CONTAINER_ID=${pod.containerId}`,
     CNI_PATH: node.cniBinDir,
+    // The plugin executables are weft's native client: it forwards the call to this node's weftd
+    // (which runs the plugin in the node's namespace) and runs the Node.js bundle only when that
+    // weftd does not answer.
+    WEFT_CNI_SOCKET: node.cniSocket,
   };
   return new Promise((resolve) => {
     const child = execFile(

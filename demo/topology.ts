@@ -29,6 +29,12 @@ export interface Node {
   readonly subnetFile: string;
   readonly cniBinDir: string;
   readonly conflistFile: string;
+  /**
+   * The node's weftd serves CNI requests here (`--cni-socket`), and the runtime hands it to the
+   * plugin clients as WEFT_CNI_SOCKET: without it, every node's client would talk to the machine's
+   * /run/weft/cni.sock, i.e. to one weftd, in its namespace.
+   */
+  readonly cniSocket: string;
 }
 
 export function nodes(count: number): Node[] {
@@ -45,6 +51,7 @@ export function nodes(count: number): Node[] {
       subnetFile: join(dir, 'subnet.env'),
       cniBinDir: join(dir, 'cni', 'bin'),
       conflistFile: join(dir, 'cni', 'net.d', '10-weft.conflist'),
+      cniSocket: join(dir, 'run', 'cni.sock'),
     };
   });
 }

@@ -107,9 +107,9 @@ async function runBatch(program: 'ip' | 'bridge', lines: readonly IpLine[], opts
   let r: ExecResult;
   const input = batchText(lines);
   if (opts.netns) {
-    r = await execProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, program, ...flags], { input, extraFds: [opts.netns.fd] });
+    r = await execProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, program, ...flags], { input, nsFds: [opts.netns.fd] });
   } else {
-    r = await execProgram(program, flags, { input, extraFds: opts.passNetns ? [opts.passNetns.fd] : [] });
+    r = await execProgram(program, flags, { input, nsFds: opts.passNetns ? [opts.passNetns.fd] : [] });
   }
   return batchResult(r, opts);
 }
@@ -153,14 +153,14 @@ export class PendingPodBatch {
  */
 export function startPodIpBatch(netns: NetnsHandle, opts: Omit<IpBatchOptions, 'netns' | 'passNetns'> = {}): PendingPodBatch {
   const o: IpBatchOptions = { ...opts, netns };
-  const started = startProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, 'ip', ...batchFlags(o)], { extraFds: [netns.fd] });
+  const started = startProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, 'ip', ...batchFlags(o)], { nsFds: [netns.fd] });
   return new PendingPodBatch(started, o);
 }
 
 /** Runs `sysctl -w` inside the pod netns; keys use '/' so interface names may contain dots. */
 export async function podSysctls(netns: NetnsHandle, settings: ReadonlyArray<readonly [string, string]>): Promise<ExecResult> {
   const args = [`--net=${NetnsHandle.CHILD_PATH}`, 'sysctl', '-q', '-e', '-w', ...settings.map(([k, v]) => `${k}=${v}`)];
-  return execProgram('nsenter', args, { extraFds: [netns.fd] });
+  return execProgram('nsenter', args, { nsFds: [netns.fd] });
 }
 
 /** `sysctl -p-` inside a pod netns, started before the settings can be applied (see startPodSysctls). */
@@ -188,7 +188,7 @@ export class PendingPodSysctls {
  */
 export function startPodSysctls(netns: NetnsHandle): PendingPodSysctls {
   const args = [`--net=${NetnsHandle.CHILD_PATH}`, 'sysctl', '-q', '-e', '-p-'];
-  return new PendingPodSysctls(startProgram('nsenter', args, { extraFds: [netns.fd] }));
+  return new PendingPodSysctls(startProgram('nsenter', args, { nsFds: [netns.fd] }));
 }
 
 /** Why a batch failed: the failing line's context (in the reference's words) and ip's message. */

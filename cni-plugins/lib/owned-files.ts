@@ -10,6 +10,7 @@
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readSync, unlinkSync, type BigIntStats } from 'node:fs';
 import { join } from 'node:path';
 import { errnoCode, errorMessage } from '../../src/util/errors.js';
+import { pluginStderr } from '../skel/stderr.js';
 
 /** A regular file read from a directory, with the identity a removal checks. */
 export interface DirFile {
@@ -114,7 +115,10 @@ export function leftAloneLine(plugin: string, dir: string, what: string, names: 
   return `${plugin} GC: left alone ${names.length} file(s) in ${dir} named like ${what} but not holding it: ${list.join(', ')}`;
 }
 
-/** Where a plugin's one GC warning goes by default: a line on stderr (the runtime's plugin log). */
+/**
+ * Where a plugin's one GC warning goes by default: a line on stderr (the runtime's plugin log).
+ * Through skel/stderr.ts so that, in weftd's CNI server, it reaches the request's caller.
+ */
 export function warnOnStderr(line: string): void {
-  process.stderr.write(`${line}\n`);
+  pluginStderr(`${line}\n`);
 }

@@ -115,7 +115,7 @@ async function txChecksumOff(ns: NetnsHandle, ifname: string): Promise<void> {
   const args = [`--net=${NetnsHandle.CHILD_PATH}`, 'ethtool', '-K', ifname, 'tx', 'off'];
   let r;
   try {
-    r = await execProgram('nsenter', args, { extraFds: [ns.fd] });
+    r = await execProgram('nsenter', args, { nsFds: [ns.fd] });
   } catch (e) {
     throw new OvsLinkSetupError(`failed to turn TX checksum offload off on "${ifname}": ${errorMessage(e)}`);
   }

@@ -11,9 +11,10 @@ import type { Family, IPAddr } from '../../src/util/ip.js';
 import type { IptablesPayload } from '../../src/render/iptables.js';
 import type { NftScript } from '../../src/render/nft.js';
 import { errorMessage } from '../../src/util/errors.js';
+import { pluginStderr } from '../skel/stderr.js';
 
 const FALLBACK_DIRS = ['/usr/sbin', '/sbin', '/usr/bin', '/bin', '/usr/local/sbin', '/usr/local/bin'];
-const found = new Map<string, string | null>();
+const found = new Map<string, string>();
 
 /** The executable's path from PATH, then the usual system directories; null when absent. */
 export function findBinary(name: string): string | null {
@@ -30,7 +31,9 @@ export function findBinary(name: string): string | null {
       // not here
     }
   }
-  found.set(name, path);
+  // Only hits are kept: in weftd's CNI server this process lives on, and a tool installed after a
+  // miss must be found by the next request.
+  if (path !== null) found.set(name, path);
   return path;
 }
 
@@ -51,9 +54,12 @@ export async function runTool(name: string, args: readonly string[], stdin?: Nft
   return runCommand(path, args, stdin === undefined ? {} : { input: stdin });
 }
 
-/** Diagnostics that must not fail the verb (the reference logs them too). Never stdout. */
+/**
+ * Diagnostics that must not fail the verb (the reference logs them too). Never stdout. Through
+ * skel/stderr.ts so that, in weftd's CNI server, they reach the request's caller.
+ */
 export function warn(msg: string): void {
-  process.stderr.write(`portmap: ${msg}\n`);
+  pluginStderr(`portmap: ${msg}\n`);
 }
 
 // ---- route_localnet ----

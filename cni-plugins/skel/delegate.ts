@@ -3,23 +3,30 @@
 // gets the caller's env with CNI_COMMAND set to the verb and the given config on stdin; its error
 // JSON comes back as a CniError with the delegate's own code, msg and details.
 //
-// When the file found is one of weft's bundles (marker line written by cni-plugins/build.ts) and
-// a plugin of that name was registered with registerInProcess, it is run in this process through
+// When the file found is one of weft's bundles (marker line written by cni-plugins/build.ts) or
+// weft's native client (cni-plugins/native/weft-cni.c, recognized by the NUL-terminated
+// `weft-cni-client: v1` in its first 4 KiB; it stands for the plugin named like the file) and a
+// plugin of that name was registered with registerInProcess, it is run in this process through
 // the same code path as the process entry (env checks, version gates, result conversion), so the
-// outcome is the same as spawning it, minus a second Node.js start. WEFT_CNI_NO_INPROCESS=1 in the
-// request's env forces spawning.
+// outcome is the same as spawning it, minus a second process (and a Node.js start, or a round trip
+// to weftd). WEFT_CNI_NO_INPROCESS=1 in the request's env forces spawning.
 import { accessSync, closeSync, constants as fsc, openSync, readSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { delay } from '../../src/util/backoff.js';
 import { errorMessage } from '../../src/util/errors.js';
 import { CommandError, execProgram } from '../../src/util/exec.js';
 import { CniResultError, convertResult, parseResult } from './convert.js';
 import { execute, toCniError } from './run.js';
+import { pluginStderr } from './stderr.js';
 import { CniError, ErrorCode, type CniPlugin, type CniRequest, type CniResult, type Delegates } from './types.js';
 
 /** The second line of every weft plugin bundle: `// weft-cni-plugin: <name>`. */
 export const BUNDLE_MARKER_PREFIX = '// weft-cni-plugin: ';
-const MARKER_READ_BYTES = 512;
+/** In the native client's first 4 KiB (an ELF note), followed by a NUL. */
+export const CLIENT_MARKER = 'weft-cni-client: v1';
+const MARKER_READ_BYTES = 4096;
+const ELF_MAGIC = Buffer.from([0x7f, 0x45, 0x4c, 0x46]);
+const CLIENT_MARKER_BYTES = Buffer.from(`${CLIENT_MARKER}\0`, 'latin1');
 
 type Verb = 'ADD' | 'DEL' | 'CHECK' | 'GC' | 'STATUS';
 
@@ -79,14 +86,19 @@ export function findInPath(type: string, path: readonly string[]): string {
   throw new DelegateLookupError(type, path, `failed to find plugin ${JSON.stringify(type)} in path [${path.join(' ')}]`);
 }
 
-/** The bundle name from a weft bundle's marker line, or null for any other file. */
+/**
+ * The plugin a weft file stands for: a bundle's name from its marker line, or for weft's native
+ * client the file's own name; null for any other file.
+ */
 export function readBundleMarker(file: string): string | null {
   let fd: number | undefined;
   try {
     fd = openSync(file, 'r');
     const buf = Buffer.alloc(MARKER_READ_BYTES);
     const bytesRead = readSync(fd, buf, 0, MARKER_READ_BYTES, 0);
-    const head = buf.subarray(0, bytesRead).toString('utf8');
+    const raw = buf.subarray(0, bytesRead);
+    if (raw.subarray(0, 4).equals(ELF_MAGIC)) return raw.includes(CLIENT_MARKER_BYTES) ? basename(file) || null : null;
+    const head = raw.toString('utf8');
     for (const line of head.split('\n').slice(0, 3)) {
       if (line.startsWith(BUNDLE_MARKER_PREFIX)) return line.slice(BUNDLE_MARKER_PREFIX.length).trim() || null;
     }
@@ -197,7 +209,8 @@ async function delegate(req: CniRequest, type: string, stdin: string, verb: Verb
   }
 
   const run = await spawnDelegate(file, env, stdin);
-  if (run.stderr !== '') process.stderr.write(run.stderr);
+  // The delegate's diagnostics go where ours go (in weftd's plugin process: the request's reply).
+  if (run.stderr !== '') pluginStderr(run.stderr);
   if (run.status !== 0) throw delegateError(run);
   if (verb !== 'ADD') return undefined;
   let raw: unknown;

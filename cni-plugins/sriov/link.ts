@@ -71,6 +71,7 @@ interface TempNetns {
 /** `unshare --net -- ip -force -batch -` with the pod and host netns as its fds 3 and 4. */
 function startTempNetns(pod: NetnsHandle, host: NetnsHandle): TempNetns {
   // No deadline: the batch waits for our lines, and the caller bounds the wait for the netns itself.
+  // extraFds, not nsFds: the pid is needed now, and only Node's spawn has it at once.
   const p = startProgram('unshare', ['--net', '--', 'ip', '-force', '-batch', '-'], { extraFds: [pod.fd, host.fd], timeoutMs: 0 });
   const done = p.result.then(
     (r) => ({ code: r.code, stderr: r.stderr }),
@@ -236,7 +237,7 @@ export async function releaseVf(ns: NetnsHandle, ifname: string, to: HostIdentit
       lines.push(linkSetLine(name, 'netns', '/proc/self/fd/4'));
       const r = await execProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, 'ip', '-batch', '-'], {
         input: batchText(lines),
-        extraFds: [ns.fd, host.fd],
+        nsFds: [ns.fd, host.fd],
       });
       if (r.code === 0) return { ok: true, exists: false, msg: '' };
       const { failedLines, message } = parseBatchStderr(r.stderr);

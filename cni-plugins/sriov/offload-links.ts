@@ -57,7 +57,7 @@ async function podEthtool(netns: string, args: readonly string[]): Promise<strin
   return inPod(netns, async (ns) => {
     let r;
     try {
-      r = await execProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, 'ethtool', ...args], { extraFds: [ns.fd] });
+      r = await execProgram('nsenter', [`--net=${NetnsHandle.CHILD_PATH}`, 'ethtool', ...args], { nsFds: [ns.fd] });
     } catch (e) {
       throw new OffloadLinkError(what, errorMessage(e));
     }

@@ -7,6 +7,7 @@ import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX, DEFAULT_LEASE_TTL_SECONDS 
 import type { EtcdConnectOptions } from '../subnet/etcd/registry.js';
 import { parseGoDuration } from '../ipmasq/agent-config.js';
 import type { LogFormat, LogLevel } from '../util/log.js';
+import { DEFAULT_CNI_SOCKET } from '../cniserver/types.js';
 
 export interface WeftdFlags {
   etcdEndpoints: string[];
@@ -42,6 +43,10 @@ export interface WeftdFlags {
   kubeApiUrl: string;
   kubeAnnotationPrefix: string;
   kubeconfigFile: string;
+  /** --network-policy: enforce Kubernetes NetworkPolicy (kube mode only). */
+  networkPolicy: boolean;
+  /** --network-policy-log: log denied packets, rate-limited. */
+  networkPolicyLog: boolean;
   healthzIp: string;
   healthzPort: number;
   iptablesResync: number;
@@ -52,6 +57,8 @@ export interface WeftdFlags {
   logFormat: LogFormat;
   logLevel: LogLevel;
   reconcileInterval: number;
+  /** The CNI server's unix socket ('' = no CNI server). */
+  cniSocket: string;
   v: number;
 }
 
@@ -153,6 +160,8 @@ export function buildParser(argv: readonly string[]) {
     .option('kube-api-url', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'Kubernetes API server URL (not needed in-cluster)' })
     .option('kube-annotation-prefix', { type: 'string', requiresArg: true, coerce: lastString, default: 'flannel.alpha.coreos.com', describe: 'Kubernetes annotation prefix' })
     .option('kubeconfig-file', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'kubeconfig file location (not needed in-cluster)' })
+    .option('network-policy', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'enforce Kubernetes NetworkPolicy with nftables (needs --kube-subnet-mgr)' })
+    .option('network-policy-log', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'log packets denied by NetworkPolicy, rate-limited (needs --network-policy)' })
     .option('healthz-ip', { type: 'string', requiresArg: true, coerce: lastString, default: '0.0.0.0', describe: 'the IP address for the healthz server to listen on' })
     .option('healthz-port', { type: 'number', requiresArg: true, coerce: lastNumber, default: 0, describe: 'the port for the healthz and metrics server to listen on (0 disables it)' })
     .option('iptables-resync', { type: 'number', requiresArg: true, coerce: lastNumber, default: 5, describe: 'resync period for iptables rules, in seconds' })
@@ -163,6 +172,7 @@ export function buildParser(argv: readonly string[]) {
     .option('log-format', { coerce: (v: LogFormat | LogFormat[]) => last(v), choices: ['text', 'json'] as const, default: 'text' as const, describe: 'log line format' })
     .option('log-level', { coerce: (v: LogLevel | LogLevel[]) => last(v), choices: ['error', 'warn', 'info', 'debug'] as const, default: 'info' as const, describe: 'lowest level logged' })
     .option('reconcile-interval', { type: 'number', requiresArg: true, coerce: lastNumber, default: 10, describe: 'seconds between backend drift repairs (0 disables)' })
+    .option('cni-socket', { type: 'string', requiresArg: false, coerce: lastString, default: DEFAULT_CNI_SOCKET, describe: 'unix socket of the CNI server the plugin executables forward to (root only; empty disables it: the plugins then run on their own)' })
     .option('v', { type: 'number', requiresArg: true, coerce: lastNumber, default: 0, describe: 'flanneld verbosity; 4 or more logs at debug level' })
     .version(false)
     .option('version', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'print version and exit' })
@@ -183,8 +193,18 @@ export function buildParser(argv: readonly string[]) {
         throw new FlagError(`--healthz-port ${port}: must be 0..65535`);
       }
       if (!(a['reconcile-interval'] >= 0)) throw new FlagError('--reconcile-interval: must be a non-negative number');
+      const sock = a['cni-socket'];
+      if (sock !== '' && !sock.startsWith('/')) throw new FlagError(`--cni-socket ${JSON.stringify(sock)}: must be an absolute path (or empty to disable the CNI server)`);
+      if (Buffer.byteLength(sock) > 107) throw new FlagError(`--cni-socket: a unix socket path holds at most 107 bytes, ${JSON.stringify(sock)} has ${Buffer.byteLength(sock)}`);
       if (a['ip-masq'] && a['ip-masq-config']) {
         throw new FlagError('--ip-masq and --ip-masq-config are exclusive: --ip-masq installs flannel\'s masquerade rules, --ip-masq-config ip-masq-agent\'s; choose one');
+      }
+      // Policies, pods and namespaces come from the Kubernetes API: with etcd there is nothing to enforce.
+      if (a['network-policy'] && !a['kube-subnet-mgr']) {
+        throw new FlagError('--network-policy needs --kube-subnet-mgr: NetworkPolicy objects come from the Kubernetes API, which the etcd subnet manager does not use');
+      }
+      if (a['network-policy-log'] && !a['network-policy']) {
+        throw new FlagError('--network-policy-log needs --network-policy: it logs the packets that NetworkPolicy denies');
       }
       return true;
     });
@@ -251,6 +271,8 @@ export function parseFlags(argv: readonly string[]): WeftdFlags & { help: boolea
     kubeApiUrl: a['kube-api-url'],
     kubeAnnotationPrefix: a['kube-annotation-prefix'],
     kubeconfigFile: a['kubeconfig-file'],
+    networkPolicy: a['network-policy'],
+    networkPolicyLog: a['network-policy-log'],
     healthzIp: a['healthz-ip'],
     healthzPort: a['healthz-port'],
     iptablesResync: a['iptables-resync'],
@@ -261,6 +283,7 @@ export function parseFlags(argv: readonly string[]): WeftdFlags & { help: boolea
     logFormat: a['log-format'],
     logLevel: a.v >= 4 ? 'debug' : a['log-level'],
     reconcileInterval: a['reconcile-interval'],
+    cniSocket: a['cni-socket'],
     v: a.v,
     help: Boolean(a.help),
     version: a.version,

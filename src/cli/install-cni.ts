@@ -1,6 +1,9 @@
-// `weft install-cni`: copies the bundled CNI plugins into the runtime's plugin directory. Each file
+// `weft install-cni`: copies the CNI plugins into the runtime's plugin directory: per plugin the
+// native client `<name>` and the Node.js bundle `<name>.cjs` it falls back to (see
+// cni-plugins/build.ts), the bundle first, so a client is never there without its fallback. A
+// source built without the client (`<name>` is itself a bundle) is installed as it is. Each file
 // is written beside its final name and renamed, so a runtime never executes a half-written plugin.
-import { chmod, copyFile, mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, open, readdir, rename, rm, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { existsSync } from 'node:fs';
@@ -26,16 +29,48 @@ export function defaultBundleDir(): string {
   return join(dir, 'dist', 'cni', 'bin');
 }
 
-/** Copies every plugin from `source` to `dest`; returns the installed paths. */
-export async function installCni(source: string, dest: string): Promise<string[]> {
+/** The Node.js bundle the native client `<name>` falls back to (cni-plugins/build.ts BUNDLE_SUFFIX). */
+export const BUNDLE_SUFFIX = '.cjs';
+
+/** Whether `file` is a script (a Node.js bundle) rather than the native client. */
+export async function isScript(file: string): Promise<boolean> {
+  const fh = await open(file, 'r');
+  try {
+    const buf = Buffer.alloc(2);
+    const { bytesRead } = await fh.read(buf, 0, 2, 0);
+    return bytesRead === 2 && buf.toString('latin1') === '#!';
+  } finally {
+    await fh.close();
+  }
+}
+
+/** The files to install for each plugin, in order (the bundle before the client). */
+async function pluginFiles(source: string): Promise<string[]> {
   const present = new Set(await readdir(source).catch(() => [] as string[]));
   const missing = CNI_PLUGIN_NAMES.filter((n) => !present.has(n));
   if (missing.length > 0) {
     throw new InstallCniError(`${source} lacks ${missing.join(', ')}: run \`npm run build\` first`);
   }
+  const files: string[] = [];
+  const noBundle: string[] = [];
+  for (const name of CNI_PLUGIN_NAMES) {
+    const bundle = name + BUNDLE_SUFFIX;
+    if (present.has(bundle)) files.push(bundle, name);
+    else if (await isScript(join(source, name)).catch(() => false)) files.push(name);
+    else noBundle.push(bundle);
+  }
+  if (noBundle.length > 0) {
+    throw new InstallCniError(`${source} lacks ${noBundle.join(', ')} (the clients' Node.js bundles): run \`npm run build\` first`);
+  }
+  return files;
+}
+
+/** Copies every plugin from `source` to `dest`; returns the installed paths. */
+export async function installCni(source: string, dest: string): Promise<string[]> {
+  const files = await pluginFiles(source);
   await mkdir(dest, { recursive: true, mode: 0o755 });
   const out: string[] = [];
-  for (const name of CNI_PLUGIN_NAMES) {
+  for (const name of files) {
     const target = join(dest, name);
     const tmp = join(dest, `.${name}.weft-tmp`);
     try {

@@ -6,6 +6,7 @@ import { KubeClient, KubeConfigError, loadKubeConfig, NodeNameError, resolveNode
 import { AnnotationValueError, storedPublicIPs } from '../subnet/kube/annotations.js';
 import { KubeSubnetManager } from '../subnet/kube/manager.js';
 import type { SubnetManager } from '../subnet/manager.js';
+import type { PolicyEnforcer } from '../policy/enforcer.js';
 import type { Logger } from '../util/log.js';
 import type { parseFlags } from './flags.js';
 
@@ -16,8 +17,16 @@ export function isKubeSetupError(e: unknown): e is Error {
   return e instanceof NodeNameError || e instanceof KubeConfigError || e instanceof AnnotationValueError;
 }
 
-/** Kubernetes mode: the node is NODE_NAME, else the node of POD_NAMESPACE/POD_NAME (as flanneld). */
-export async function kubeManager(flags: Flags, knownBackends: readonly string[], logger: Logger, metrics: DaemonMetrics): Promise<SubnetManager> {
+/**
+ * Kubernetes mode: the node is NODE_NAME, else the node of POD_NAMESPACE/POD_NAME (as flanneld).
+ * With --network-policy, also the NetworkPolicy enforcer on the same API client.
+ */
+export async function kubeManager(
+  flags: Flags,
+  knownBackends: readonly string[],
+  logger: Logger,
+  metrics: DaemonMetrics,
+): Promise<{ manager: SubnetManager; policy: PolicyEnforcer | null }> {
   const connect = { ...(flags.kubeconfigFile ? { kubeconfigFile: flags.kubeconfigFile } : {}), ...(flags.kubeApiUrl ? { apiUrl: flags.kubeApiUrl } : {}) };
   const client = new KubeClient(loadKubeConfig(connect));
   const nodeName = await resolveNodeName(process.env, (ns, name) => client.getPodNodeName(ns, name));
@@ -33,7 +42,15 @@ export async function kubeManager(flags: Flags, knownBackends: readonly string[]
     onStoreError: (op) => metrics.storeErrors.inc({ op: op === 'acquire' || op === 'watch' || op === 'renew' ? op : 'config' }),
   });
   await adoptStoredPublicIPs(flags, manager, nodeName, logger);
-  return manager;
+  const policy = flags.networkPolicy
+    ? new (await import('../policy/enforcer.js')).PolicyEnforcer({
+        client,
+        nodeName,
+        logger: logger.child({ component: 'netpol' }),
+        resyncSeconds: flags.iptablesResync,
+      })
+    : null;
+  return { manager, policy };
 }
 
 /**

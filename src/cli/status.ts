@@ -1,6 +1,6 @@
 // `weft status`: this node's lease, backend, repairs and rule keeper, read from the running weftd's
 // /status endpoint (served with --healthz-port) and shown as text or JSON.
-import { STATUS_KIND, STATUS_VERSION, type StatusSnapshot, type TimedError } from '../daemon/status.js';
+import { STATUS_KIND, STATUS_VERSION, type CniServerStatus, type StatusSnapshot, type TimedError } from '../daemon/status.js';
 import { terminalJson, terminalText } from '../render/terminal.js';
 import { errorMessage } from '../util/errors.js';
 
@@ -59,6 +59,12 @@ export function parseStatus(doc: unknown, url: string): StatusSnapshot {
     if (doc[key] !== null && !isRecord(doc[key])) throw new StatusResponseError(url, `status field ${key} is neither an object nor null`);
   }
   if (doc.peers !== undefined && !Array.isArray(doc.peers)) throw new StatusResponseError(url, 'status field peers is not a list');
+  if (doc.cniServer !== undefined) {
+    const c = doc.cniServer;
+    if (!isRecord(c) || typeof c.phase !== 'string' || typeof c.socket !== 'string' || !isRecord(c.results) || !Array.isArray(c.lastErrors)) {
+      throw new StatusResponseError(url, 'status field cniServer is not a CNI server status');
+    }
+  }
   return doc as unknown as StatusSnapshot;
 }
 
@@ -147,8 +153,32 @@ export function renderStatus(s: StatusSnapshot): string {
   rows.push(['rules', `last check ${ago(m.lastCheck, now)} (${resync}), last repair ${ago(m.lastRepair, now)}; ${m.checks} checks, ${m.repairs} repairs, ${m.errors} errors`]);
   for (const p of m.lastRepairProblems) rows.push(['  repaired', p]);
   if (m.lastError) rows.push(['rules err', describeError(m.lastError, now)]);
+  if (s.cniServer) rows.push(...cniServerRows(s.cniServer, now));
   rows.push(['subnet file', s.subnetFile]);
   return rows.map(([k, v]) => `${k.padEnd(12)}${terminalText(v)}\n`).join('');
+}
+
+/** How many of the CNI server's recent errors the text form shows. */
+const CNI_ERRORS_SHOWN = 3;
+
+function cniServerRows(c: CniServerStatus, now: Date): Array<[string, string]> {
+  const rows: Array<[string, string]> = [];
+  const where = c.socket === '' ? '' : ` on ${c.socket}`;
+  const state = c.phase === 'off' ? 'off (--cni-socket is empty; the plugins run on their own)' : `${c.phase}${where}${c.reason ? `: ${c.reason}` : ''}`;
+  rows.push(['cni server', state]);
+  if (c.phase !== 'off' || c.requests > 0) {
+    const byResult = Object.entries(c.results)
+      .filter(([, n]) => n > 0)
+      .map(([r, n]) => `${r} ${n}`)
+      .join(', ');
+    const abandoned = c.abandoned > 0 ? `, ${c.abandoned} abandoned still running` : '';
+    rows.push(['cni reqs', `${c.requests}${byResult ? ` (${byResult})` : ''}, ${c.inFlight} in flight${abandoned}`]);
+  }
+  for (const e of c.lastErrors.slice(0, CNI_ERRORS_SHOWN)) {
+    const who = [e.plugin, e.verb, e.containerId].filter((x) => x !== '').join(' ');
+    rows.push(['cni err', `${who}: ${e.code ? `code ${e.code}: ` : ''}${e.message} (${ago(e.time, now)})`]);
+  }
+  return rows;
 }
 
 export interface StatusCommandArgs {

@@ -1,9 +1,12 @@
 // weftd: the node daemon. Exit codes: 0 after SIGTERM/SIGINT, 1 when it cannot go on, 2 for bad flags.
 import { defaultBackends } from '../backend/registry.js';
+import { CniServer } from '../cniserver/server.js';
 import { Daemon, FatalError } from '../daemon/daemon.js';
 import { HealthServer } from '../daemon/http.js';
 import { DaemonMetrics } from '../daemon/metrics.js';
+import { cniServerStatus } from '../daemon/status.js';
 import { RulesManager } from '../ipmasq/manager.js';
+import type { PolicyEnforcer } from '../policy/enforcer.js';
 import type { SubnetManager } from '../subnet/manager.js';
 import { AbortedError } from '../util/backoff.js';
 import { createLogger } from '../util/log.js';
@@ -32,13 +35,14 @@ async function main(argv: string[]): Promise<number> {
   const backends = defaultBackends();
   const metrics = new DaemonMetrics();
   let manager: SubnetManager;
+  let policy: PolicyEnforcer | null = null;
   let kubeSetupError = (_e: unknown): _e is Error => false;
   try {
     // Each mode's client library is loaded only when that mode runs.
     if (flags.kubeSubnetMgr) {
       const kube = await import('./kube-mode.js');
       kubeSetupError = kube.isKubeSetupError;
-      manager = await kube.kubeManager(flags, backends.types, logger, metrics);
+      ({ manager, policy } = await kube.kubeManager(flags, backends.types, logger, metrics));
     } else {
       manager = await (await import('./etcd-mode.js')).etcdManager(flags, backends.types, logger, metrics);
     }
@@ -75,6 +79,15 @@ async function main(argv: string[]): Promise<number> {
     { manager, backends, rules, logger, metrics },
   );
 
+  // Ready: the lease held and subnet.env written, and with --network-policy the whole rule set
+  // programmed once — so no pod is set up before its policy can be in place.
+  const ready = (): boolean => daemon.ready && (policy?.ready ?? true);
+  // The CNI server: plugin requests forwarded by the native client, run in its plugin process. ADD
+  // waits for readiness.
+  const cniServer = flags.cniSocket
+    ? new CniServer({ socketPath: flags.cniSocket, logger: logger.child({ component: 'cni-server' }), metrics, isReady: ready })
+    : null;
+
   const stop = new AbortController();
   const onSignal = (sig: NodeJS.Signals) => {
     logger.info(`received ${sig}; stopping`);
@@ -102,16 +115,23 @@ async function main(argv: string[]): Promise<number> {
       health = new HealthServer({
         host: flags.healthzIp,
         port: flags.healthzPort,
-        isReady: () => daemon.ready,
-        status: (opts) => daemon.status(opts),
+        isReady: ready,
+        status: async (opts) => ({ ...(await daemon.status(opts)), cniServer: await cniServerStatus(cniServer?.state() ?? null, metrics) }),
         metrics,
         logger,
       });
       const addr = await health.start();
       logger.info('serving /healthz, /readyz and /metrics', { address: `${addr.host}:${addr.port}` });
     }
+    // Before the lease: an ADD that comes early waits for readiness instead of failing.
+    await cniServer?.start();
     logger.info('starting weftd', { version: VERSION, etcdEndpoints: flags.etcdEndpoints.join(','), prefix: flags.etcdPrefix });
-    await daemon.run(stop.signal);
+    // NetworkPolicy runs beside the daemon's loop; a failure of it ends weftd like one of the loop's.
+    const policyRun = policy?.run(stop.signal).catch((e: unknown) => {
+      stop.abort();
+      throw e;
+    });
+    await Promise.all([daemon.run(stop.signal).finally(() => stop.abort()), policyRun]);
   } catch (e) {
     if (!(e instanceof AbortedError && stop.signal.aborted)) {
       logger.error(e instanceof FatalError ? e.message : `unexpected error: ${(e as Error).stack ?? String(e)}`);
@@ -119,6 +139,7 @@ async function main(argv: string[]): Promise<number> {
     }
   } finally {
     stop.abort();
+    await cniServer?.stop();
     await health?.stop();
     await manager.close();
   }

@@ -3,6 +3,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 import type { BackendMetrics } from '../backend/backend.js';
+import { CNI_SERVER_PLUGINS, type CniRequestResult, type CniServerMetrics } from '../cniserver/types.js';
 import type { Repairs } from '../backend/kernel/diff.js';
 import type { ConfigReloadResult } from '../ipmasq/agent-config.js';
 import type { RulesMode } from '../ipmasq/keeper.js';
@@ -25,7 +26,10 @@ const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 
 export type RepairKind = 'added' | 'changed' | 'removed' | 'device';
 
-export class DaemonMetrics implements BackendMetrics, RulesMetrics {
+// A CNI request is tens of milliseconds; one waiting for readiness or timing out takes up to 60 s.
+const CNI_DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+export class DaemonMetrics implements BackendMetrics, RulesMetrics, CniServerMetrics {
   readonly registry: Registry;
   /** Unix seconds at which our lease expires; 0 for a reservation (no expiry). */
   readonly leaseExpiry: Gauge;
@@ -63,6 +67,10 @@ export class DaemonMetrics implements BackendMetrics, RulesMetrics {
   readonly ipMasqConfigReloads: Counter<'result'>;
   /** ip-masq-agent mode: 1 when the config in use is the file's current content, 0 after a bad change. */
   readonly ipMasqConfigLastReloadOk: Gauge;
+  /** CNI server requests answered, by plugin, verb and result (src/cniserver/types.ts). */
+  readonly cniRequests: Counter<'plugin' | 'verb' | 'result'>;
+  /** Seconds from a CNI server request's arrival to its reply. */
+  readonly cniRequestDuration: Histogram<'plugin' | 'verb'>;
 
   constructor(opts: DaemonMetricsOptions = {}) {
     const registry = new Registry();
@@ -163,6 +171,20 @@ export class DaemonMetrics implements BackendMetrics, RulesMetrics {
       registers,
     });
 
+    this.cniRequests = new Counter({
+      name: 'weft_cni_requests_total',
+      help: 'CNI server requests answered, by plugin, verb and result (ok, error, invalid, not_ready, not_serving, timeout).',
+      labelNames: ['plugin', 'verb', 'result'],
+      registers,
+    });
+    this.cniRequestDuration = new Histogram({
+      name: 'weft_cni_request_duration_seconds',
+      help: 'Time from a CNI server request\'s arrival to its reply (waiting for readiness and for the same container included).',
+      labelNames: ['plugin', 'verb'],
+      buckets: CNI_DURATION_BUCKETS,
+      registers,
+    });
+
     // Export every label value from the start, so rate() and alerts see 0 rather than a missing series.
     for (const type of ['added', 'removed'] satisfies LeaseEventType[]) {
       this.eventsReceived.inc({ type }, 0);
@@ -181,6 +203,10 @@ export class DaemonMetrics implements BackendMetrics, RulesMetrics {
     }
     for (const result of ['applied', 'error'] satisfies ConfigReloadResult[]) this.ipMasqConfigReloads.inc({ result }, 0);
     this.ipMasqConfigLastReloadOk.set(0);
+    // The ADD and DEL series of each plugin (the verbs a runtime calls on every pod).
+    for (const plugin of CNI_SERVER_PLUGINS) {
+      for (const verb of ['ADD', 'DEL']) for (const result of ['ok', 'error'] satisfies CniRequestResult[]) this.cniRequests.inc({ plugin, verb, result }, 0);
+    }
     for (const reason of REJECT_REASONS) this.leasesRejected.inc({ reason }, 0);
     this.ready.set(0);
 
@@ -214,6 +240,11 @@ export class DaemonMetrics implements BackendMetrics, RulesMetrics {
   recordConfigReload(result: ConfigReloadResult): void {
     this.ipMasqConfigReloads.inc({ result });
     this.ipMasqConfigLastReloadOk.set(result === 'applied' ? 1 : 0);
+  }
+
+  recordCniRequest(plugin: string, verb: string, result: CniRequestResult, seconds: number): void {
+    this.cniRequests.inc({ plugin, verb, result });
+    this.cniRequestDuration.observe({ plugin, verb }, seconds);
   }
 
   /** The config file loaded at start (not a reload). */

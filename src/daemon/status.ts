@@ -1,6 +1,7 @@
 // What `weft status` shows about one running daemon: its lease, backend activity and rule keeper,
 // served as JSON on /status. Counts come from the daemon's own metrics, so /status and /metrics
 // can never disagree; times and last errors come from DaemonActivity, which metrics do not keep.
+import type { CniServerPhase, CniServerRequestError, CniServerState } from '../cniserver/types.js';
 import type { RulesMode } from '../ipmasq/keeper.js';
 import type { NetworkConfig } from '../subnet/config.js';
 import { vtepMacOf, type Lease } from '../subnet/lease.js';
@@ -92,6 +93,26 @@ export interface IpMasqStatus {
   readonly lastError: TimedError | null;
 }
 
+export interface CniServerStatus {
+  /** The socket path ('' and phase 'off' when --cni-socket is empty). */
+  readonly socket: string;
+  readonly phase: CniServerPhase;
+  /** phase === 'serving'. */
+  readonly serving: boolean;
+  /** Why it is waiting or failed. */
+  readonly reason: string | null;
+  /** weft_cni_requests_total, summed over plugins and verbs. */
+  readonly requests: number;
+  /** weft_cni_requests_total by result. */
+  readonly results: Readonly<Record<string, number>>;
+  /** Requests being read, waiting or running now. */
+  readonly inFlight: number;
+  /** Requests answered with a timeout or failure whose plugin work still runs. */
+  readonly abandoned: number;
+  /** The most recent failed requests, newest first. */
+  readonly lastErrors: readonly CniServerRequestError[];
+}
+
 export interface StatusSnapshot {
   readonly kind: typeof STATUS_KIND;
   readonly version: typeof STATUS_VERSION;
@@ -111,6 +132,8 @@ export interface StatusSnapshot {
   readonly ipmasq: IpMasqStatus;
   /** Only when asked for (`/status?peers=true`): a large cluster makes this list long. */
   readonly peers?: readonly PeerStatus[];
+  /** The CNI server (absent from a weftd older than it). */
+  readonly cniServer?: CniServerStatus;
 }
 
 /** What the daemon loop records as it goes, for the parts of the status metrics cannot hold. */
@@ -194,6 +217,20 @@ async function metricValue(m: MetricLike, labels: Record<string, string> = {}): 
 
 const iso = (d: Date | null | undefined): string | null => (d ? d.toISOString() : null);
 const timed = (e: { at: Date; message: string } | null): TimedError | null => (e ? { time: e.at.toISOString(), message: e.message } : null);
+
+/** The CNI server's part of the snapshot: its own state, the counts from weft_cni_requests_total. */
+export async function cniServerStatus(state: CniServerState | null, metrics: DaemonMetrics): Promise<CniServerStatus> {
+  const { values } = await metrics.cniRequests.get();
+  const results: Record<string, number> = {};
+  let requests = 0;
+  for (const v of values) {
+    const r = String(v.labels.result);
+    results[r] = (results[r] ?? 0) + v.value;
+    requests += v.value;
+  }
+  if (!state) return { socket: '', phase: 'off', serving: false, reason: null, requests, results, inFlight: 0, abandoned: 0, lastErrors: [] };
+  return { ...state, serving: state.phase === 'serving', requests, results };
+}
 
 export async function buildStatus(input: StatusInput, metrics: DaemonMetrics, opts: StatusOptions = {}): Promise<StatusSnapshot> {
   const now = opts.now ?? new Date();

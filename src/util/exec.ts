@@ -6,7 +6,11 @@
 // any exit status with both streams (`ip -force -batch` reports partial failures while still
 // printing what it could read). `startProgram` starts a program before its input is known, so that
 // its start-up overlaps the caller's remaining work (the CNI plugins' critical path).
-import { spawn } from 'node:child_process';
+// `forkModule` starts a long-lived Node.js child that talks over an IPC channel (the CNI server's
+// plugin process).
+import { fork, spawn, type ChildProcess } from 'node:child_process';
+
+export type { ChildProcess };
 
 export interface ExecResult {
   readonly code: number;
@@ -45,8 +49,14 @@ export class CommandError extends Error {
 
 export interface ExecOptions {
   readonly input?: string;
-  /** File descriptors the child inherits as fd 3, 4, … */
+  /** File descriptors the child inherits as fd 3, 4, … (after nsFds) */
   readonly extraFds?: readonly number[];
+  /**
+   * Namespace files (open /run/netns/…, /proc/…/ns/… fds) the child gets as fd 3, 4, … Unlike
+   * extraFds, the spawn helper (useSpawnHelper) can pass these: the same namespace reopened
+   * through /proc is as good as the fd itself, which a lock's fd is not.
+   */
+  readonly nsFds?: readonly number[];
   /** Default 30 s; the child is killed (SIGTERM) after it. 0: no deadline. */
   readonly timeoutMs?: number;
   /** The child's environment (default: ours); LC_ALL=C is always set, the messages we match on are the untranslated ones. */
@@ -59,19 +69,72 @@ export interface StartedProgram {
   feed(input: string): void;
   /** Settles when the program has exited (rejects with a CommandError, exitCode null, when it could not run or was killed). */
   readonly result: Promise<ExecResult>;
-  /** The child's process id; undefined when it could not be started. */
+  /**
+   * The child's process id; undefined when it could not be started, and when the spawn helper
+   * started it (pass extraFds to get Node's spawn, and a pid, in the CNI plugin process).
+   */
   readonly pid: number | undefined;
 }
 
+/** What the spawn helper is asked to run (the environment is final: LC_ALL=C is in it). */
+export interface HelperSpawnRequest {
+  readonly command: string;
+  readonly args: readonly string[];
+  readonly stdin: 'ignore' | 'pipe';
+  readonly env: NodeJS.ProcessEnv;
+  readonly timeoutMs: number;
+  readonly nsFds: readonly number[];
+}
+
+/** Starts programs for spawnProgram (src/util/spawn-helper.ts); see useSpawnHelper. */
+export interface SpawnBackend {
+  /**
+   * Starts `req`, or returns undefined to have Node's spawn do it. `fallback` runs it with Node's
+   * spawn instead, for a request the backend finds it cannot run after all (before it started).
+   */
+  start(req: HelperSpawnRequest, fallback: () => StartedProgram): StartedProgram | undefined;
+}
+
+let spawnBackend: SpawnBackend | undefined;
+
+/**
+ * From now on, programs without extraFds are started by `backend` (the CNI plugin process's spawn
+ * helper: a fork of a 60 MB Node process costs its event loop ~3.7 ms); undefined: Node's spawn.
+ */
+export function useSpawnHelper(backend: SpawnBackend | undefined): void {
+  spawnBackend = backend;
+}
+
+function childEnv(opts: Pick<ExecOptions, 'env'>): NodeJS.ProcessEnv {
+  return { ...(opts.env ?? process.env), LC_ALL: 'C' };
+}
+
 function spawnProgram(command: string, args: readonly string[], stdin: 'ignore' | 'pipe', opts: Omit<ExecOptions, 'input'>): StartedProgram {
+  if (spawnBackend && !opts.extraFds?.length) {
+    const req = { command, args, stdin, env: childEnv(opts), timeoutMs: opts.timeoutMs ?? 30_000, nsFds: opts.nsFds ?? [] };
+    const p = spawnBackend.start(req, () => nodeSpawnProgram(command, args, stdin, opts));
+    if (p) return p;
+  }
+  return nodeSpawnProgram(command, args, stdin, opts);
+}
+
+/**
+ * Starts the spawn helper (src/util/spawn-helper.ts) with pipes on its stdin and stdout, our
+ * stderr. The caller must handle 'error' (e.g. ENOENT: not built).
+ */
+export function startSpawnHelperProcess(file: string, args: readonly string[]): ChildProcess {
+  return spawn(file, [...args], { stdio: ['pipe', 'pipe', 'inherit'], env: childEnv({}) });
+}
+
+function nodeSpawnProgram(command: string, args: readonly string[], stdin: 'ignore' | 'pipe', opts: Omit<ExecOptions, 'input'>): StartedProgram {
   let fed = false;
   let feedStdin: (input: string) => void = () => {};
   let pid: number | undefined;
   const result = new Promise<ExecResult>((resolve, reject) => {
     const child = spawn(command, [...args], {
-      stdio: [stdin, 'pipe', 'pipe', ...(opts.extraFds ?? [])],
+      stdio: [stdin, 'pipe', 'pipe', ...(opts.nsFds ?? []), ...(opts.extraFds ?? [])],
       timeout: opts.timeoutMs ?? 30_000,
-      env: { ...(opts.env ?? process.env), LC_ALL: 'C' },
+      env: childEnv(opts),
     });
     pid = child.pid;
     let stdout = '';
@@ -172,4 +235,26 @@ export function streamLines(
       await exited;
     },
   };
+}
+
+const LOADER_FLAG = /^--(import|require|loader|experimental-loader)(=|$)/;
+const MEMORY_FLAG = /^--max-(semi|old)-space-size=/;
+
+/**
+ * Starts `modulePath` in a new Node.js process with an IPC channel (JSON messages), its stdout
+ * and stderr shared with ours. Of this process's Node.js flags only the module loaders and heap
+ * sizes are passed on (not profiling or inspector flags). `loader` (a module URL for --import) is
+ * used when this process has no loader flag (bin/weftd registers tsx through its API when running
+ * from source, which leaves no flag behind).
+ */
+export function forkModule(modulePath: string, opts: { readonly loader?: string } = {}): ChildProcess {
+  const execArgv: string[] = [];
+  const own = process.execArgv;
+  for (let i = 0; i < own.length; i++) {
+    const a = own[i]!;
+    if (MEMORY_FLAG.test(a) || (LOADER_FLAG.test(a) && a.includes('='))) execArgv.push(a);
+    else if (LOADER_FLAG.test(a) && i + 1 < own.length) execArgv.push(a, own[++i]!);
+  }
+  if (opts.loader !== undefined && !execArgv.some((a) => LOADER_FLAG.test(a))) execArgv.push(`--import=${opts.loader}`);
+  return fork(modulePath, [], { execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'json' });
 }

@@ -5,6 +5,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { StatusSnapshot } from '../../src/daemon/status.js';
 import { EtcdCluster } from './etcd-cluster.js';
 import { addNetns, delNetns, ipn, nsExec, nsPrefix, sh } from './netns.js';
 import { WaitAbort, waitFor } from './wait.js';
@@ -63,6 +64,11 @@ export class Host {
     return join(this.cluster.dir, `h${this.i}`, 'subnet.env');
   }
 
+  /** This host's weftd CNI server socket (in a directory of its own, which weftd creates 0700). */
+  get cniSocket(): string {
+    return join(this.cluster.dir, `h${this.i}`, 'run', 'cni.sock');
+  }
+
   subnetEnv(): SubnetEnvFile {
     const env: Record<string, string> = {};
     for (const line of readFileSync(this.subnetFile, 'utf8').split('\n')) {
@@ -73,7 +79,7 @@ export class Host {
   }
 
   /** Starts weftd inside the host namespace and waits for its subnet.env. */
-  async startWeftd(extra: readonly string[] = [], env: NodeJS.ProcessEnv = {}): Promise<void> {
+  async startWeftd(extra: readonly string[] = [], env: NodeJS.ProcessEnv = {}, opts: { readonly timeoutMs?: number } = {}): Promise<void> {
     const args = [
       '--etcd-endpoints', this.cluster.etcdEndpoints,
       '--iface', 'eth0',
@@ -84,12 +90,14 @@ export class Host {
     ];
     // A short timer unless the test sets its own (a repeated flag would become an array).
     if (!args.includes('--reconcile-interval')) args.push('--reconcile-interval', '1');
+    // A CNI server socket per host unless the test sets its own: many weftd run at once.
+    if (!args.some((a) => a === '--cni-socket' || a.startsWith('--cni-socket='))) args.push('--cni-socket', this.cniSocket);
     this.weftd = WeftdProcess.start(args, env, this.ns);
     const d = this.weftd;
     await waitFor(() => {
       if (!d.running) throw new WaitAbort(`weftd on ${this.ns} exited:\n${d.output}`);
       return /acquired lease/.test(d.output) && existsSync(this.subnetFile);
-    }, { timeoutMs: 60_000, what: `weftd on ${this.ns} to write subnet.env` }).catch((e: Error) => {
+    }, { timeoutMs: opts.timeoutMs ?? 60_000, what: `weftd on ${this.ns} to write subnet.env` }).catch((e: Error) => {
       throw e instanceof WaitAbort ? e : new Error(`${e.message}; its output so far:\n${d.output.split('\n').slice(-15).join('\n')}`);
     });
   }
@@ -138,6 +146,19 @@ export class Host {
       '-e',
       "fetch('http://127.0.0.1:8081/metrics').then(r=>r.text()).then(t=>process.stdout.write(t))",
     );
+  }
+
+  /** weftd's /status (served before weftd is ready too). */
+  async status(): Promise<StatusSnapshot> {
+    const script = "fetch('http://127.0.0.1:8081/status').then(r=>r.text()).then(t=>process.stdout.write(t))";
+    return JSON.parse(await nsExec(this.ns, process.execPath, '-e', script)) as StatusSnapshot;
+  }
+
+  /** The CNI server part of weftd's /status. */
+  async cniServerStatus(): Promise<NonNullable<StatusSnapshot['cniServer']>> {
+    const s = await this.status();
+    if (!s.cniServer) throw new Error(`no cniServer in the /status of weftd on ${this.ns}`);
+    return s.cniServer;
   }
 
   /** One sample, e.g. `weft_ipmasq_repairs_total{mode="iptables"}`; `missing` when it is not exported. */
@@ -221,6 +242,15 @@ export class Cluster {
     );
     closeSync(log);
     const proc = this.etcdProc;
+    // A test process that ends without destroy() (killed: cleanupOnSignals routes signals to exit)
+    // must not leave etcd and its data dir behind; weftd.ts and netns.ts do the same for theirs.
+    const dir = this.dir;
+    const orphaned = () => {
+      proc.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    };
+    process.once('exit', orphaned);
+    proc.once('exit', () => process.off('exit', orphaned));
     await waitFor(async () => {
       if (proc.exitCode !== null) throw new Error(`etcd exited; see ${this.dir}/etcd.log`);
       return this.etcdctl('endpoint', 'health').then(() => true, () => false);

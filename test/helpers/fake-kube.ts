@@ -1,4 +1,5 @@
-// A fake kube-apiserver for Nodes (and minimal Pods) over plain node:http, following the real
+// A fake kube-apiserver for Nodes, and for NetworkPolicy enforcement Namespaces, Pods and
+// networking.k8s.io/v1 NetworkPolicies (list/watch across namespaces), over plain node:http, following the real
 // protocol where clients can observe it: a global resourceVersion counter (etcd revision), list
 // with resourceVersion/resourceVersionMatch/limit/continue, chunked JSON-lines watches with
 // ADDED/MODIFIED/DELETED/BOOKMARK/ERROR, 410 Expired after compaction, the three patch types with
@@ -9,7 +10,9 @@
 //   immutability; no server-side apply; no admission, RBAC, or managedFields;
 // - a resourceVersion newer than the current one fails at once with 504 (the real server first
 //   waits up to 3 s for it to arrive);
-// - only Nodes can be watched; Pods can only be fetched by name;
+// - Namespaces, Pods and NetworkPolicies are written only through the accessors (no POST/PATCH/PUT),
+//   listed and watched only cluster-wide (/api/v1/pods, not /api/v1/namespaces/NS/pods), and
+//   stored as given: no validation, so tests can store what a real server would refuse;
 // - the watch cache keeps every event since start-up (or since `resume({ freshWatchCache })`): a
 //   real one holds a bounded window, so under heavy churn a slow client can get 410 sooner.
 // Faults for tests: `pause`/`resume` (a restart keeping the store, optionally graceful and with a
@@ -100,15 +103,32 @@ export interface NodeAccessors {
 }
 
 export interface PodAccessors {
+  /** A running pod with one container, no labels and no address. */
   create(namespace: string, name: string, nodeName: string): JsonObject;
   delete(namespace: string, name: string): void;
+}
+
+/**
+ * Namespaces, Pods and NetworkPolicies as a controller writes them: `put` creates or replaces the
+ * object named by its metadata (server fields — uid, resourceVersion, creationTimestamp — filled
+ * in), `update` mutates a copy; each change is one revision and one watch event, no change nothing.
+ * `key` is "namespace/name" for namespaced kinds, the name for Namespaces.
+ */
+export interface ObjectAccessors {
+  put(object: JsonObject): JsonObject;
+  update(key: string, mutate: (object: JsonObject) => void): JsonObject;
+  delete(key: string): void;
+  get(key: string): JsonObject | undefined;
+  list(): JsonObject[];
 }
 
 export interface FakeKube {
   readonly url: string;
   readonly port: number;
   readonly nodes: NodeAccessors;
-  readonly pods: PodAccessors;
+  readonly pods: PodAccessors & ObjectAccessors;
+  readonly namespaces: ObjectAccessors;
+  readonly networkPolicies: ObjectAccessors;
   /** Every request received, in order (including rejected ones). */
   readonly requests: readonly RequestRecord[];
   /** The current resourceVersion (latest revision), as the server reports it. */
@@ -161,7 +181,33 @@ export interface FakeKube {
 
 type EventType = 'ADDED' | 'MODIFIED' | 'DELETED';
 
+export type Resource = 'nodes' | 'pods' | 'namespaces' | 'networkpolicies';
+
+interface ResourceInfo {
+  readonly kind: string;
+  readonly apiVersion: string;
+  readonly namespaced: boolean;
+  /** Fields a fieldSelector may name. */
+  readonly fields: readonly string[];
+}
+
+const RESOURCES: Readonly<Record<Resource, ResourceInfo>> = {
+  nodes: { kind: 'Node', apiVersion: 'v1', namespaced: false, fields: ['metadata.name', 'spec.unschedulable'] },
+  pods: { kind: 'Pod', apiVersion: 'v1', namespaced: true, fields: ['metadata.name', 'metadata.namespace', 'spec.nodeName', 'status.phase'] },
+  namespaces: { kind: 'Namespace', apiVersion: 'v1', namespaced: false, fields: ['metadata.name', 'status.phase'] },
+  networkpolicies: { kind: 'NetworkPolicy', apiVersion: 'networking.k8s.io/v1', namespaced: true, fields: ['metadata.name', 'metadata.namespace'] },
+};
+
+/** Collection paths (list and watch) → resource. */
+const COLLECTIONS: ReadonlyMap<string, Resource> = new Map([
+  ['/api/v1/nodes', 'nodes'],
+  ['/api/v1/pods', 'pods'],
+  ['/api/v1/namespaces', 'namespaces'],
+  ['/apis/networking.k8s.io/v1/networkpolicies', 'networkpolicies'],
+]);
+
 interface HistoryEntry {
+  readonly resource: Resource;
   readonly rv: number;
   readonly type: EventType;
   readonly name: string;
@@ -172,6 +218,7 @@ interface HistoryEntry {
 }
 
 interface Watcher {
+  readonly resource: Resource;
   readonly res: ServerResponse;
   readonly labels: Matcher | null;
   readonly fields: Matcher | null;
@@ -189,16 +236,19 @@ interface Injection {
 }
 
 const WATCH_GZIP_THRESHOLD = 128 * 1024;
-const NODE_FIELDS = ['metadata.name', 'spec.unschedulable'] as const;
 
 function rfc3339(d: Date): string {
   return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
 
 /** The empty Node the server serializes as a BOOKMARK's object (only resourceVersion is meaningful). */
-function bookmarkObject(rv: number, initialEventsEnd: boolean): JsonObject {
+function bookmarkObject(rv: number, initialEventsEnd: boolean, resource: Resource = 'nodes'): JsonObject {
   const metadata: JsonObject = { resourceVersion: String(rv), creationTimestamp: null };
   if (initialEventsEnd) metadata.annotations = { 'k8s.io/initial-events-end': 'true' };
+  if (resource !== 'nodes') {
+    const info = RESOURCES[resource];
+    return { kind: info.kind, apiVersion: info.apiVersion, metadata, spec: {} };
+  }
   return {
     kind: 'Node',
     apiVersion: 'v1',
@@ -229,7 +279,10 @@ function selectable(node: JsonObject): { labels: Map<string, string>; fields: Ma
     labels: new Map(Object.entries(stringMap(meta.labels))),
     fields: new Map([
       ['metadata.name', str(meta.name) ?? ''],
+      ['metadata.namespace', str(meta.namespace) ?? ''],
       ['spec.unschedulable', String(spec.unschedulable === true)],
+      ['spec.nodeName', str(spec.nodeName) ?? ''],
+      ['status.phase', str((isObject(node.status) ? node.status : {}).phase) ?? ''],
     ]),
   };
 }
@@ -265,7 +318,9 @@ class Fake implements FakeKube {
   port = 0;
   readonly requests: RequestRecord[] = [];
   readonly nodes: NodeAccessors;
-  readonly pods: PodAccessors;
+  readonly pods: PodAccessors & ObjectAccessors;
+  readonly namespaces: ObjectAccessors;
+  readonly networkPolicies: ObjectAccessors;
 
   private rv: number;
   private compacted = 0;
@@ -273,8 +328,11 @@ class Fake implements FakeKube {
   private watchCacheFrom = 0;
   private compacting = false;
   private latencyMs = 0;
-  private readonly nodeMap = new Map<string, JsonObject>();
-  private readonly podMap = new Map<string, JsonObject>();
+  private readonly objects: ReadonlyMap<Resource, Map<string, JsonObject>> = new Map(
+    (Object.keys(RESOURCES) as Resource[]).map((r) => [r, new Map<string, JsonObject>()]),
+  );
+  private readonly nodeMap = this.objects.get('nodes')!;
+  private readonly podMap = this.objects.get('pods')!;
   private readonly history: HistoryEntry[] = [];
   private readonly watchers = new Set<Watcher>();
   private readonly sockets = new Set<Socket>();
@@ -306,29 +364,20 @@ class Fake implements FakeKube {
       },
       list: () => [...this.nodeMap.values()].map((n) => clone(n)),
     };
+    const podObjects = this.accessors('pods');
     this.pods = {
-      create: (namespace, name, nodeName) => {
-        const pod: JsonObject = {
-          kind: 'Pod',
-          apiVersion: 'v1',
-          metadata: {
-            name,
-            namespace,
-            uid: randomUUID(),
-            resourceVersion: String(++this.rv),
-            creationTimestamp: rfc3339(new Date()),
-          },
+      ...podObjects,
+      // delete(namespace, name) as before, or delete("namespace/name") as the other kinds.
+      delete: (nsOrKey: string, name?: string) => podObjects.delete(name === undefined ? nsOrKey : `${nsOrKey}/${name}`),
+      create: (namespace, name, nodeName) =>
+        this.putObject('pods', {
+          metadata: { name, namespace },
           spec: { nodeName, containers: [{ name: 'main', image: 'weft:test' }] },
           status: { phase: 'Running' },
-        };
-        this.podMap.set(`${namespace}/${name}`, pod);
-        return clone(pod);
-      },
-      delete: (namespace, name) => {
-        if (!this.podMap.delete(`${namespace}/${name}`)) throw new FakeKubeError(`pod ${namespace}/${name} does not exist`);
-        this.rv++;
-      },
+        }),
     };
+    this.namespaces = this.accessors('namespaces');
+    this.networkPolicies = this.accessors('networkpolicies');
   }
 
   async listen(port: number): Promise<void> {
@@ -349,8 +398,8 @@ class Fake implements FakeKube {
     return String(this.rv);
   }
 
-  private commit(type: EventType, name: string, object: JsonObject, prev: JsonObject | undefined): void {
-    const entry: HistoryEntry = { rv: this.rv, type, name, object: clone(object), prev: prev ? clone(prev) : undefined };
+  private commit(type: EventType, name: string, object: JsonObject, prev: JsonObject | undefined, resource: Resource = 'nodes'): void {
+    const entry: HistoryEntry = { resource, rv: this.rv, type, name, object: clone(object), prev: prev ? clone(prev) : undefined };
     this.history.push(entry);
     for (const w of this.watchers) this.deliver(w, entry);
   }
@@ -393,14 +442,78 @@ class Fake implements FakeKube {
   }
 
   /** Writes `next` over `cur` unless nothing changed (then, like etcd3's GuaranteedUpdate, no new revision). */
-  private store(name: string, cur: JsonObject, next: JsonObject): JsonObject {
+  private store(name: string, cur: JsonObject, next: JsonObject, resource: Resource = 'nodes'): JsonObject {
     child(next, 'metadata').resourceVersion = rvOf(cur) ?? '';
     if (deepEqual(next, cur)) return cur;
     this.rv++;
     child(next, 'metadata').resourceVersion = String(this.rv);
-    this.nodeMap.set(name, next);
-    this.commit('MODIFIED', name, next, cur);
+    this.objects.get(resource)!.set(name, next);
+    this.commit('MODIFIED', name, next, cur, resource);
     return next;
+  }
+
+  // ---------- namespaces, pods, networkpolicies ----------
+
+  private keyOf(resource: Resource, obj: JsonObject): string {
+    const meta = isObject(obj.metadata) ? obj.metadata : {};
+    const name = str(meta.name);
+    if (!name) throw new FakeKubeError(`${resource}: metadata.name missing`);
+    if (!RESOURCES[resource].namespaced) return name;
+    const ns = str(meta.namespace);
+    if (!ns) throw new FakeKubeError(`${resource} ${name}: metadata.namespace missing`);
+    return `${ns}/${name}`;
+  }
+
+  /** Creates or replaces an object; server-set metadata is filled in (uid kept across replaces). */
+  private putObject(resource: Resource, object: JsonObject): JsonObject {
+    const info = RESOURCES[resource];
+    const key = this.keyOf(resource, object);
+    const map = this.objects.get(resource)!;
+    const cur = map.get(key);
+    const next = clone(object);
+    next.kind = info.kind;
+    next.apiVersion = info.apiVersion;
+    const meta = child(next, 'metadata');
+    const curMeta = cur && isObject(cur.metadata) ? cur.metadata : undefined;
+    meta.uid = curMeta?.uid ?? str(meta.uid) ?? randomUUID();
+    meta.creationTimestamp = curMeta?.creationTimestamp ?? rfc3339(new Date());
+    // The API server puts the name label on every namespace.
+    if (resource === 'namespaces') child(meta, 'labels')['kubernetes.io/metadata.name'] = str(meta.name) ?? '';
+    if (cur) return clone(this.store(key, cur, next, resource));
+    this.rv++;
+    meta.resourceVersion = String(this.rv);
+    map.set(key, next);
+    this.commit('ADDED', key, next, undefined, resource);
+    return clone(next);
+  }
+
+  private accessors(resource: Resource): ObjectAccessors {
+    const map = this.objects.get(resource)!;
+    const missing = (key: string) => new FakeKubeError(`${RESOURCES[resource].kind} ${key} does not exist`);
+    return {
+      put: (object) => this.putObject(resource, object),
+      update: (key, mutate) => {
+        const cur = map.get(key);
+        if (!cur) throw missing(key);
+        const next = clone(cur);
+        mutate(next);
+        return clone(this.store(key, cur, next, resource));
+      },
+      delete: (key) => {
+        const cur = map.get(key);
+        if (!cur) throw missing(key);
+        map.delete(key);
+        this.rv++;
+        const last = clone(cur);
+        child(last, 'metadata').resourceVersion = String(this.rv);
+        this.commit('DELETED', key, last, cur, resource);
+      },
+      get: (key) => {
+        const o = map.get(key);
+        return o ? clone(o) : undefined;
+      },
+      list: () => [...map.values()].map((o) => clone(o)),
+    };
   }
 
   private adminDelete(name: string): JsonObject {
@@ -415,10 +528,11 @@ class Fake implements FakeKube {
   }
 
   /** The node set as of `rv`, rebuilt from history (compaction only sets a floor; nothing is discarded). */
-  private stateAt(rv: number): Map<string, JsonObject> {
+  private stateAt(rv: number, resource: Resource = 'nodes'): Map<string, JsonObject> {
     const out = new Map<string, JsonObject>();
     for (const e of this.history) {
       if (e.rv > rv) break;
+      if (e.resource !== resource) continue;
       if (e.type === 'DELETED') out.delete(e.name);
       else out.set(e.name, e.object);
     }
@@ -501,6 +615,7 @@ class Fake implements FakeKube {
 
   /** One history entry to one watcher, with the watch cache's selector transitions. */
   private deliver(w: Watcher, e: HistoryEntry, live = true): void {
+    if (w.resource !== e.resource) return;
     const stamp = (o: JsonObject): JsonObject => {
       const c = clone(o);
       child(c, 'metadata').resourceVersion = String(e.rv);
@@ -547,7 +662,7 @@ class Fake implements FakeKube {
   }
 
   bookmarkNow(): void {
-    for (const w of this.watchers) if (w.bookmarks) this.write(w, 'BOOKMARK', bookmarkObject(this.rv, false));
+    for (const w of this.watchers) if (w.bookmarks) this.write(w, 'BOOKMARK', bookmarkObject(this.rv, false, w.resource));
   }
 
   private parseRv(text: string | null): number | null {
@@ -566,13 +681,13 @@ class Fake implements FakeKube {
     );
   }
 
-  private selectors(q: URLSearchParams): { labels: Matcher | null; fields: Matcher | null } {
+  private selectors(q: URLSearchParams, resource: Resource): { labels: Matcher | null; fields: Matcher | null } {
     try {
       const l = q.get('labelSelector');
       const f = q.get('fieldSelector');
       return {
         labels: l ? parseLabelSelector(l) : null,
-        fields: f ? parseFieldSelector(f, NODE_FIELDS) : null,
+        fields: f ? parseFieldSelector(f, RESOURCES[resource].fields) : null,
       };
     } catch (e) {
       if (e instanceof SelectorError) throw new HttpFailure(400, status.badRequest(e.message));
@@ -581,8 +696,8 @@ class Fake implements FakeKube {
   }
 
   /** Starts a watch; returns the code of the ERROR event it was answered with instead, if any. */
-  private startWatch(req: IncomingMessage, res: ServerResponse, q: URLSearchParams): number | undefined {
-    const { labels, fields } = this.selectors(q);
+  private startWatch(req: IncomingMessage, res: ServerResponse, q: URLSearchParams, resource: Resource): number | undefined {
+    const { labels, fields } = this.selectors(q, resource);
     const from = this.parseRv(q.get('resourceVersion'));
     if (from !== null && from > this.rv) throw this.tooLarge(from);
     const timeout = q.get('timeoutSeconds');
@@ -592,7 +707,7 @@ class Fake implements FakeKube {
     }
     const bookmarks = q.get('allowWatchBookmarks') === 'true';
     this.send(req, res, 200, null);
-    const w: Watcher = { res, labels, fields, bookmarks, timers: [], held: [], flush: null };
+    const w: Watcher = { resource, res, labels, fields, bookmarks, timers: [], held: [], flush: null };
     const oldest = Math.max(this.compacted, this.watchCacheFrom, this.compacting ? this.rv + 1 : 0);
     if (from !== null && from < oldest) {
       // The real watch cache answers 200 and a single ERROR event, then ends the stream.
@@ -604,12 +719,13 @@ class Fake implements FakeKube {
     if (res.destroyed || !res.socket || res.socket.destroyed) return undefined;
     if (from === null) {
       // No resourceVersion (or "0"): synthetic ADDED for the current state, then changes.
-      const names = [...this.nodeMap.keys()].sort();
+      const map = this.objects.get(resource)!;
+      const names = [...map.keys()].sort();
       for (const n of names) {
-        const node = this.nodeMap.get(n);
+        const node = map.get(n);
         if (node && matches(node, labels, fields)) this.write(w, 'ADDED', node, false);
       }
-      if (q.get('sendInitialEvents') === 'true' && bookmarks) this.write(w, 'BOOKMARK', bookmarkObject(this.rv, true), false);
+      if (q.get('sendInitialEvents') === 'true' && bookmarks) this.write(w, 'BOOKMARK', bookmarkObject(this.rv, true, resource), false);
     } else {
       for (const e of this.history) if (e.rv > from) this.deliver(w, e, false);
     }
@@ -619,7 +735,7 @@ class Fake implements FakeKube {
     if (timeoutSec !== null) w.timers.push(setTimeout(() => this.closeWatcher(w, 'end'), timeoutSec * 1000));
     if (bookmarks) {
       const every = this.opts.bookmarkIntervalMs ?? 60_000;
-      w.timers.push(setInterval(() => this.write(w, 'BOOKMARK', bookmarkObject(this.rv, false)), every));
+      w.timers.push(setInterval(() => this.write(w, 'BOOKMARK', bookmarkObject(this.rv, false, resource)), every));
     }
     return undefined;
   }
@@ -691,8 +807,9 @@ class Fake implements FakeKube {
         inj.remaining--;
         throw new HttpFailure(inj.code, status.forCode(inj.code));
       }
-      if (watch && method === 'GET' && u.pathname === '/api/v1/nodes') {
-        log(200, this.startWatch(req, res, u.searchParams));
+      const collection = COLLECTIONS.get(u.pathname);
+      if (watch && method === 'GET' && collection !== undefined) {
+        log(200, this.startWatch(req, res, u.searchParams, collection));
         return;
       }
       const [code, out] = this.route(method, u, req.headers['content-type'], body);
@@ -716,6 +833,11 @@ class Fake implements FakeKube {
     };
     if (path === '/version' && method === 'GET') {
       return [200, { major: '1', minor: '30', gitVersion: 'v1.30.0-weft-fake', platform: 'linux/amd64' }];
+    }
+    const collection = COLLECTIONS.get(path);
+    if (collection !== undefined && collection !== 'nodes') {
+      if (method === 'GET') return [200, this.list(q, collection)];
+      return notAllowed();
     }
     if (path === '/api/v1/nodes') {
       if (method === 'GET') return [200, this.list(q)];
@@ -742,8 +864,8 @@ class Fake implements FakeKube {
     throw new HttpFailure(404, status.failure(404, 'NotFound', 'the server could not find the requested resource', {}));
   }
 
-  private list(q: URLSearchParams): JsonObject {
-    const { labels, fields } = this.selectors(q);
+  private list(q: URLSearchParams, resource: Resource = 'nodes'): JsonObject {
+    const { labels, fields } = this.selectors(q, resource);
     const rv = this.parseRv(q.get('resourceVersion'));
     const match = q.get('resourceVersionMatch');
     let at = this.rv;
@@ -773,10 +895,13 @@ class Fake implements FakeKube {
     } else {
       throw new HttpFailure(422, status.failure(422, 'Invalid', `resourceVersionMatch: Unsupported value: "${match}"`));
     }
-    const state = at === this.rv ? this.nodeMap : this.stateAt(at);
-    let items = [...state.entries()]
+    const state = at === this.rv ? this.objects.get(resource)! : this.stateAt(at, resource);
+    const entries = [...state.entries()]
       .filter(([n, node]) => (after === '' || n > after) && matches(node, labels, fields))
-      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    // The continue token names the last key (namespace/name for namespaced kinds), as etcd's does.
+    const keys = entries.map(([k]) => k);
+    let items = entries
       .map(([, node]) => {
         // Items of a real list response carry no kind/apiVersion (only the list does).
         const item = clone(node);
@@ -788,13 +913,13 @@ class Fake implements FakeKube {
     const limit = Number(q.get('limit') ?? '0');
     // Like the watch cache, resourceVersion=0 ignores limit.
     if (limit > 0 && q.get('resourceVersion') !== '0' && items.length > limit) {
-      const last = items[limit - 1];
-      const lastName = last && isObject(last.metadata) ? (str(last.metadata.name) ?? '') : '';
+      const lastName = keys[limit - 1] ?? '';
       if (labels === null && fields === null) metadata.remainingItemCount = items.length - limit;
       metadata.continue = Buffer.from(JSON.stringify({ v: 'meta.k8s.io/v1', rv: at, start: `${lastName}\0` })).toString('base64');
       items = items.slice(0, limit);
     }
-    return { kind: 'NodeList', apiVersion: 'v1', metadata, items };
+    const info = RESOURCES[resource];
+    return { kind: `${info.kind}List`, apiVersion: info.apiVersion, metadata, items };
   }
 
   private getNode(name: string): JsonObject {

@@ -384,7 +384,8 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
       const extraChains = [...chains].filter((x) => !wantChains.has(x));
       if (extraChains.length) violate(`${h.ns}: masquerade chains left: ${extraChains.join(' ')}`);
       if (gone) {
-        if (xt.includes(gone.id)) violate(`${h.ns}: an iptables rule still names ${gone.id} after DEL`);
+        // As a whole word: soak-2 must not be found in the rules of a live soak-20.
+        if (new RegExp(`\\b${gone.id}\\b`).test(xt)) violate(`${h.ns}: an iptables rule still names ${gone.id} after DEL`);
         if (new RegExp(`\\b${gone.ip.replaceAll('.', '\\.')}\\b`).test(nft)) violate(`${h.ns}: an nftables rule still names ${gone.ip} (${gone.id}) after DEL`);
       }
       const rules = await ipn(h.ns, 'rule', 'show');

@@ -43,7 +43,11 @@ export class WeftdProcess {
     nodeArgs: readonly string[] = [],
   ): WeftdProcess {
     // Outside a namespace of the test's own, weftd must not write rules into the machine's netfilter tables.
-    const safeArgs = netns ? args : [...args, '--iptables-forward-rules=false', '--ip-masq=false'];
+    const netfilterSafe = netns ? args : [...args, '--iptables-forward-rules=false', '--ip-masq=false'];
+    // Many weftd run at once and the filesystem is shared across namespaces: no CNI server on the
+    // machine's /run/weft/cni.sock unless the test gives its own --cni-socket (Host.startWeftd does).
+    const ownSocket = args.some((a) => a === '--cni-socket' || a.startsWith('--cni-socket='));
+    const safeArgs = ownSocket ? netfilterSafe : [...netfilterSafe, '--cni-socket='];
     const daemon = nodeArgs.length > 0 ? [process.execPath, ...nodeArgs, BIN, ...safeArgs] : [BIN, ...safeArgs];
     const [cmd, argv] = netns ? ['ip', ['netns', 'exec', netns, ...daemon]] : [daemon[0]!, daemon.slice(1)];
     return new WeftdProcess(

@@ -607,7 +607,8 @@ describe('bridge plugin (integration)', function () {
       const ipamDir = join(tmp, 'vanish-bin');
       rmSync(ipamDir, { recursive: true, force: true });
       await sh('mkdir', ['-p', ipamDir]);
-      await sh('cp', [join(binDir, 'bridge'), join(ipamDir, 'bridge')]);
+      // weft's `bridge` is the native client; without a CNI server it runs `bridge.cjs` next to it.
+      await sh('cp', [join(binDir, 'bridge'), join(binDir, 'bridge.cjs'), ipamDir]);
       const script = join(ipamDir, 'wt-vanish');
       writeFileSync(
         script,

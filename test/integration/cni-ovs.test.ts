@@ -278,7 +278,7 @@ describe('weft-ovs CNI plugin (integration, private Open vSwitch, netdev datapat
 
     it('DEL removes the port, its flows, the veth and the IP reservation; a second DEL succeeds', async () => {
       const [portA] = await findPodInterfaces(client, { containerId: a.containerId, ifName: 'eth0' });
-      assert.ok(portA);
+      assert.ok(portA, 'no OVS port of pod A');
       ok(await plugin(a, 'DEL', { ...conf(), prevResult: resultA }));
       assert.deepEqual(await findPodInterfaces(client, { containerId: a.containerId, ifName: 'eth0' }), []);
       assert.equal((await client.vsctl(['list-ports', BRIDGE])).split('\n').includes(portA.name), false);
@@ -294,7 +294,7 @@ describe('weft-ovs CNI plugin (integration, private Open vSwitch, netdev datapat
 
     it('DEL with the pod netns gone still removes the port, its flows and the IP', async () => {
       const [portB] = await findPodInterfaces(client, { containerId: b.containerId, ifName: 'eth0' });
-      assert.ok(portB);
+      assert.ok(portB, 'no OVS port of pod B');
       await delNetns(b.ns);
       ok(await plugin(b, 'DEL', conf()));
       assert.deepEqual(await findPodInterfaces(client, { containerId: b.containerId, ifName: 'eth0' }), []);

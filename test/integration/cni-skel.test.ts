@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { buildCniBundles, MARKER_PREFIX, SHEBANG } from '../../cni-plugins/build.js';
+import { BUNDLE_SUFFIX, buildCniBundles, CLIENT_MARKER, MARKER_PREFIX, SHEBANG } from '../../cni-plugins/build.js';
 import { REFERENCE_CNI_DIR, runCni, type CniRun } from '../helpers/cni.js';
 import { addNetns, delNetns, nsPrefix } from '../helpers/netns.js';
 
@@ -38,17 +38,22 @@ describe('cni skel (bundles)', function () {
       { name: 'weft-test-echo', entry: join(FIXTURES, 'weft-test-echo/main.ts') },
       { name: 'weft-test-delegator', entry: join(FIXTURES, 'weft-test-delegator/main.ts') },
     ]);
-    assert.deepEqual(written, [join(bin, 'weft-test-echo'), join(bin, 'weft-test-delegator')]);
-    [echo, delegator] = [written[0]!, written[1]!];
+    // The shipped layout (build.ts): `<name>` is the native client, `<name>.cjs` the bundle it
+    // runs when no CNI server answers (cniEnv sets WEFT_CNI_SOCKET empty: straight to the bundle).
+    [echo, delegator] = [join(bin, 'weft-test-echo'), join(bin, 'weft-test-delegator')];
+    assert.deepEqual([...written].sort(), [echo, `${echo}.cjs`, delegator, `${delegator}.cjs`].sort());
   });
 
   after(() => rmSync(work, { recursive: true, force: true }));
 
   it('writes executable bundles with the shebang and marker lines', () => {
-    for (const [file, name] of [
+    for (const [client, name] of [
       [echo, 'weft-test-echo'],
       [delegator, 'weft-test-delegator'],
     ] as const) {
+      assert.equal(statSync(client).mode & 0o777, 0o755);
+      assert.ok(readFileSync(client).subarray(0, 4096).includes(`${CLIENT_MARKER}\0`), `${client} is not the native client`);
+      const file = `${client}${BUNDLE_SUFFIX}`;
       assert.equal(statSync(file).mode & 0o777, 0o755);
       const lines = readFileSync(file, 'utf8').split('\n');
       assert.equal(lines[0], SHEBANG);

@@ -113,16 +113,20 @@ interface RunOpts {
 
 function run(s: Site, command: string, stdin: Json, o: RunOpts = {}): Promise<CniRun> {
   const netnsPath = o.netns === null ? undefined : (o.netns ?? `/run/netns/${s.pod}`);
+  const plugin = o.plugin ?? 'weft-test-sriov';
+  // The fixture's recording PF and offload step; the real plugin reads neither (and without them
+  // its calls can go through a CNI server in server mode: only CNI_* crosses the socket).
+  const fixtureEnv = { WEFT_TEST_SRIOV_PF: s.pfFile, ...(o.offloadLog ? { WEFT_TEST_SRIOV_OFFLOAD: o.offloadLog } : {}) };
   return runCni(
     {
-      bin: join(binDir, o.plugin ?? 'weft-test-sriov'),
+      bin: join(binDir, plugin),
       path: binDir,
       command,
       hostNs: s.host,
       containerId: o.containerId ?? 'ctr1',
       ifname: 'net1',
       ...(netnsPath !== undefined ? { netns: netnsPath } : {}),
-      env: { WEFT_TEST_SRIOV_PF: s.pfFile, ...(o.offloadLog ? { WEFT_TEST_SRIOV_OFFLOAD: o.offloadLog } : {}) },
+      ...(plugin === 'weft-test-sriov' ? { env: fixtureEnv } : {}),
     },
     JSON.stringify(stdin),
   );
@@ -289,7 +293,7 @@ describe('sriov plugin (bundles, fake sysfs, veth stand-ins)', function () {
     // DEL again: nothing ties the VF to this attachment any more, so nothing is touched.
     ok(await run(s, 'DEL', { ...c, prevResult: result }));
     assert.equal(calls(s).length, 5);
-    assert.ok(await link(s.host, 'wtvf0'));
+    assert.ok(await link(s.host, 'wtvf0'), 'no wtvf0 in the host namespace');
   });
 
   it("refuses a second ADD of a VF a live pod holds, with sriov-cni's error, and that pod's DEL leaves it alone", async () => {
@@ -305,7 +309,7 @@ describe('sriov plugin (bundles, fake sysfs, veth stand-ins)', function () {
     assert.ok(await link(s.pod, 'net1'), 'the first pod keeps its VF');
     assert.deepEqual(reservedIps(s), ['10.99.0.2']);
     ok(await run(s, 'DEL', { ...c, prevResult: first }));
-    assert.ok(await link(s.host, 'wtvf0'));
+    assert.ok(await link(s.host, 'wtvf0'), 'no wtvf0 in the host namespace');
   });
 
   it('DPDK mode (vfio-pci, no netdev): PF settings and IPAM only, nothing moves', async () => {
@@ -439,7 +443,7 @@ describe('sriov plugin (bundles, fake sysfs, veth stand-ins)', function () {
     assert.deepEqual(state.weft.offload, { port: 'wtrep0-h', representor: 'wtrep0' });
     ok(await run(s, 'DEL', { ...c, prevResult: result }, { offloadLog: log }));
     assert.deepEqual(records()[1], { op: 'detach', deviceID: VF_PCI, state: { port: 'wtrep0-h', representor: 'wtrep0' }, containerId: 'ctr1' });
-    assert.ok(await link(s.host, 'wtvf0'));
+    assert.ok(await link(s.host, 'wtvf0'), 'no wtvf0 in the host namespace');
 
     // A failure after attach undoes it (detach with what attach returned) along with the rest.
     const pod = await netns('ogone');
@@ -452,7 +456,7 @@ describe('sriov plugin (bundles, fake sysfs, veth stand-ins)', function () {
         .map((r) => `${String(r.op)} ${JSON.stringify(r.state ?? null)}`),
       ['attach null', 'detach {"port":"wtrep0-h","representor":"wtrep0"}'],
     );
-    assert.ok(await link(s.host, 'wtvf0'));
+    assert.ok(await link(s.host, 'wtvf0'), 'no wtvf0 in the host namespace');
     assert.deepEqual(files(s.dataDir), [`pci/vf_lock/${VF_PCI}.lock`]);
   });
 
@@ -485,16 +489,16 @@ describe('sriov plugin (bundles, fake sysfs, veth stand-ins)', function () {
       `sriov GC: left alone 1 file(s) in ${s.dataDir} named like sriov state (<containerID>-<ifname>) but not holding it: "c0ffee-net1"`,
     ]);
     // The live pod keeps its VF and still deletes cleanly.
-    assert.ok(await link(s.pod, 'net1'));
+    assert.ok(await link(s.pod, 'net1'), 'no net1 in the pod namespace');
     ok(await run(s, 'DEL', { ...conf(s), prevResult: live }, { containerId: 'ctr-live' }));
-    assert.ok(await link(s.host, 'wtvf0'));
+    assert.ok(await link(s.host, 'wtvf0'), 'no wtvf0 in the host namespace');
   });
 
   it('the real bundle reads the PF through iproute2: a veth PF lists no VFs, so ADD fails before any change', async () => {
     const s = await site('r');
     const r = await run(s, 'ADD', conf(s, { vlan: 5 }), { plugin: 'sriov' });
     assert.deepEqual(err(r), { code: 999, msg: 'failed to get original vf information: failed to find vf 0' });
-    assert.ok(await link(s.host, 'wtvf0'));
+    assert.ok(await link(s.host, 'wtvf0'), 'no wtvf0 in the host namespace');
     assert.deepEqual(files(s.dataDir), [`pci/vf_lock/${VF_PCI}.lock`]);
     assert.deepEqual(reservedIps(s), []);
     await ipn(s.host, 'link', 'set', 'wtpf0', 'name', 'wtpfx');

@@ -94,6 +94,11 @@ function assertProofs(r: DemoRun, total: number): Map<string, { ip: string; cell
   const steps = [...out.matchAll(new RegExp(`^\\[\\s*(\\d+)/${total}\\] .* … (✔|✘) \\d+\\.\\d\\ds$`, 'gm'))];
   assert.deepEqual(steps.map((m) => `${m[1]}${m[2]}`), Array.from({ length: total }, (_v, i) => `${i + 1}✔`), show(r));
 
+  // Every pod's ADDs were served by its own node's weftd (the CNI server), none by the fallback.
+  for (const n of [1, 2, 3]) {
+    assert.ok(out.includes(`      ✔ n${n} (/run/weft-demo/n${n}/run/cni.sock): flannel ADD ok 2, portmap ADD ok 2\n`), `n${n}'s pods not served by its weftd\n${show(r)}`);
+  }
+
   // Every pod reaches every other pod; the diagonal is the pod itself.
   const matrix = parseMatrix(out);
   assert.deepEqual([...matrix.keys()], POD_NAMES);
@@ -160,7 +165,7 @@ describe('make demo (integration: namespaces, etcd, weftd, CNI plugins)', functi
     const r = await runDemo(['--cni-source', cniSource]);
     assert.equal(r.code, 0, show(r));
     const out = r.stdout;
-    assertProofs(r, 12);
+    assertProofs(r, 13);
 
     // The lease table: one vxlan lease per node, with the node's underlay address.
     const leases = [...out.matchAll(/^\s+(10\.244\.\d+\.0\/24)\s+-\s+(192\.168\.100\.1\d)\s+vxlan\s+([0-9a-f:]{17})\s/gm)];
@@ -177,14 +182,14 @@ describe('make demo (integration: namespaces, etcd, weftd, CNI plugins)', functi
     const r = await runDemo(['--backend', 'ovs', '--cni-source', cniSource], 90_000);
     assert.equal(r.code, 0, show(r));
     const out = r.stdout;
-    assertProofs(r, 13);
+    assertProofs(r, 14);
 
     // Step 3 started the daemons and moved each node's eth0 onto br-phy.
-    assert.match(out, /^\[ 3\/13\] Open vSwitch on n1, n2, n3: ovsdb-server \+ ovs-vswitchd \(netdev datapath\), eth0 onto br-phy … ✔/m);
+    assert.match(out, /^\[ 3\/14\] Open vSwitch on n1, n2, n3: ovsdb-server \+ ovs-vswitchd \(netdev datapath\), eth0 onto br-phy … ✔/m);
     const ovs = ovsPids(out);
     assert.deepEqual([...ovs.keys()].sort(), ['n1', 'n2', 'n3'], show(r));
     assert.ok(out.includes('\n      /coreos.com/network/config = {"Network":"10.244.0.0/16","Backend":{"Type":"ovs","DatapathType":"netdev"}}\n'), show(r));
-    assert.match(out, /^\[ 5\/13\] weftd on n1, n2, n3 \(ovs, --ip-masq\), each with 2 peers programmed … ✔/m);
+    assert.match(out, /^\[ 5\/14\] weftd on n1, n2, n3 \(ovs, --ip-masq\), each with 2 peers programmed … ✔/m);
 
     // One ovs lease per node, no VTEP MAC (the tunnel is flow-based), the node's underlay address.
     const leases = [...out.matchAll(/^\s+(10\.244\.\d+\.0\/24)\s+-\s+(192\.168\.100\.1\d)\s+ovs\s+-\s/gm)];
@@ -198,10 +203,10 @@ describe('make demo (integration: namespaces, etcd, weftd, CNI plugins)', functi
         `subnet.env of n${n}: ${show(r)}`,
       );
     }
-    assert.match(out, /^\s+\/run\/weft-demo\/n1\/cni\/bin, \/run\/weft-demo\/n2\/cni\/bin, \/run\/weft-demo\/n3\/cni\/bin: .*\bweft-ovs$/m);
+    assert.match(out, /^\s+\/run\/weft-demo\/n1\/cni\/bin, \/run\/weft-demo\/n2\/cni\/bin, \/run\/weft-demo\/n3\/cni\/bin: .*\bweft-ovs weft-ovs\.cjs$/m);
 
     // Removal: weftd, etcd and the servers first, then the six OVS daemons, named with the PIDs step 3 printed.
-    assert.match(out, /^\[13\/13\] removing the demo: processes, then Open vSwitch \(by PID\), namespaces, state … ✔/m);
+    assert.match(out, /^\[14\/14\] removing the demo: processes, then Open vSwitch \(by PID\), namespaces, state … ✔/m);
     const expected = ['n1', 'n2', 'n3'].map((n) => `${n}: ovsdb-server ${ovs.get(n)!.ovsdbServer}, ovs-vswitchd ${ovs.get(n)!.vswitchd}`).join('; ');
     assert.ok(out.includes(`      Open vSwitch went last, after the weftd using it: ${expected}\n`), show(r));
 
@@ -216,7 +221,7 @@ describe('make demo (integration: namespaces, etcd, weftd, CNI plugins)', functi
     started = true;
     const kept = await runDemo(['--keep', '--backend', 'host-gw', '--cni-source', cniSource]);
     assert.equal(kept.code, 0, show(kept));
-    assert.match(kept.stdout, /^\[12\/12\] keeping the demo \(--keep\) … ✔/m);
+    assert.match(kept.stdout, /^\[13\/13\] keeping the demo \(--keep\) … ✔/m);
     const pids = daemonPids(kept.stdout);
     assert.equal(pids.length, 4, show(kept));
     assert.deepEqual(pids.filter((p) => !alive(p)), [], 'etcd and weftd keep running');
@@ -234,7 +239,7 @@ describe('make demo (integration: namespaces, etcd, weftd, CNI plugins)', functi
     // A kept demo blocks a new one (and the new one leaves it alone): step 1 fails, exit 1.
     const second = await runDemo(['--cni-source', cniSource]);
     assert.equal(second.code, 1, show(second));
-    assert.match(second.stdout, /^\[ 1\/12\] preflight: .* … ✘/m);
+    assert.match(second.stdout, /^\[ 1\/13\] preflight: .* … ✘/m);
     assert.match(second.stdout, /^demo FAILED after \d+\.\d\ds: step 1 \(preflight: root, programs, CNI bundles, no earlier demo\) failed: an earlier demo is still there \(weftdemo-internet, /m);
     assert.equal((await demoNamespaces()).length, 11);
     assert.deepEqual(pids.filter((p) => !alive(p)), []);

@@ -30,10 +30,18 @@ describe('deploy/kubernetes/weft.yml', () => {
     }
   });
 
-  it('grants exactly flannel\'s RBAC: nodes get/list/watch, nodes/status patch, pods get', () => {
+  it('grants flannel\'s RBAC and, for --network-policy, get/list/watch on pods, namespaces and networkpolicies', () => {
     const role = byKind<k8s.V1ClusterRole>('ClusterRole');
-    const rules = (role.rules ?? []).map((r) => `${(r.resources ?? []).join(',')}:${(r.verbs ?? []).join(',')}`).sort();
-    assert.deepEqual(rules, ['nodes/status:patch', 'nodes:get,list,watch', 'pods:get']);
+    const rules = (role.rules ?? [])
+      .map((r) => `${(r.apiGroups ?? []).join(',')}/${(r.resources ?? []).join(',')}:${(r.verbs ?? []).join(',')}`)
+      .sort();
+    assert.deepEqual(rules, [
+      '/namespaces:get,list,watch',
+      '/nodes/status:patch',
+      '/nodes:get,list,watch',
+      '/pods:get,list,watch',
+      'networking.k8s.io/networkpolicies:get,list,watch',
+    ]);
     const binding = byKind<k8s.V1ClusterRoleBinding>('ClusterRoleBinding');
     assert.deepEqual(JSON.parse(JSON.stringify(binding.subjects)), [{ kind: 'ServiceAccount', name: 'weft', namespace: 'kube-weft' }]);
   });
@@ -55,6 +63,7 @@ describe('deploy/kubernetes/weft.yml', () => {
     assert.equal(pod.serviceAccountName, 'weft');
     const weftd = pod.containers.find((c) => c.name === 'weftd')!;
     assert.ok(weftd.args!.includes('--kube-subnet-mgr') && weftd.args!.includes('--ip-masq'));
+    assert.ok(weftd.args!.includes('--network-policy'));
     assert.deepEqual(weftd.securityContext!.capabilities!.add, ['NET_ADMIN', 'NET_RAW']);
     assert.deepEqual(weftd.volumeMounts!.map((m) => m.mountPath).sort(), ['/etc/kube-flannel/', '/run/flannel', '/run/xtables.lock']);
     assert.equal(weftd.livenessProbe!.httpGet!.path, '/healthz');

@@ -63,6 +63,8 @@ describe('parseFlags', () => {
       kubeApiUrl: '',
       kubeAnnotationPrefix: 'flannel.alpha.coreos.com',
       kubeconfigFile: '',
+      networkPolicy: false,
+      networkPolicyLog: false,
       healthzIp: '0.0.0.0',
       healthzPort: 0,
       iptablesResync: 5,
@@ -73,10 +75,24 @@ describe('parseFlags', () => {
       logFormat: 'text',
       logLevel: 'info',
       reconcileInterval: 10,
+      cniSocket: '/run/weft/cni.sock',
       v: 0,
       help: false,
       version: false,
     });
+  });
+
+  it('--network-policy and --network-policy-log: kube mode only', () => {
+    const f = parseFlags(['--kube-subnet-mgr', '--network-policy', '--network-policy-log']);
+    assert.deepEqual([f.networkPolicy, f.networkPolicyLog], [true, true]);
+    assert.equal(parseFlags(['-kube-subnet-mgr', '-network-policy']).networkPolicy, true);
+    assert.equal(parseFlags(['--kube-subnet-mgr', '--network-policy=false']).networkPolicy, false);
+    rejects(['--network-policy'], /--network-policy needs --kube-subnet-mgr/);
+    rejects(['--network-policy', '--etcd-endpoints=http://x:1'], /--network-policy needs --kube-subnet-mgr/);
+    rejects(['--kube-subnet-mgr', '--network-policy-log'], /--network-policy-log needs --network-policy/);
+    process.env.FLANNELD_NETWORK_POLICY = 'true';
+    rejects([], /--network-policy needs --kube-subnet-mgr/);
+    assert.equal(parseFlags(['--kube-subnet-mgr']).networkPolicy, true);
   });
 
   it('takes Go-style single-dash flags as well as double-dash ones', () => {
@@ -262,6 +278,15 @@ describe('parseFlags', () => {
     rejects(['--ip-masq-config=/x'], msg);
     // Turning one off is fine.
     assert.deepEqual(pick(parseFlags(['--ip-masq-config=/x', '--ip-masq=false'])), { ipMasq: false, ipMasqConfig: '/x' });
+  });
+
+  it('--cni-socket: an absolute path that fits a unix socket, or empty to disable the CNI server', () => {
+    assert.equal(parseFlags(['--cni-socket', '/tmp/x/cni.sock']).cniSocket, '/tmp/x/cni.sock');
+    assert.equal(parseFlags(['--cni-socket=']).cniSocket, '');
+    assert.equal(parseFlags(['--cni-socket', '']).cniSocket, '');
+    assert.equal(parseFlags(['--cni-socket=/a.sock', '--cni-socket=/b.sock']).cniSocket, '/b.sock');
+    rejects(['--cni-socket', 'relative.sock'], /absolute path/);
+    rejects(['--cni-socket', `/${'x'.repeat(107)}`], /at most 107 bytes/);
   });
 
   it('a value flag without its value is an error, like Go flag ("flag needs an argument")', () => {

@@ -1,5 +1,6 @@
 // A thin Kubernetes API client for the few calls the kube lease manager makes (get/list/watch Nodes,
-// patch nodes/NAME/status, get a Pod). Authentication and TLS come from @kubernetes/client-node's
+// patch nodes/NAME/status, get a Pod), and the raw list/watch the NetworkPolicy source uses for
+// Namespaces, Pods and NetworkPolicies. Authentication and TLS come from @kubernetes/client-node's
 // KubeConfig; requests are plain node:http(s) so the patch body goes out byte for byte as built,
 // objects stay raw JSON (the generated client turns condition times into Dates and drops fields),
 // and a broken watch is told apart from a clean end.
@@ -127,8 +128,21 @@ export interface KubeClientOptions {
   readonly pageSize?: number;
 }
 
-type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
-type JsonObject = { [key: string]: Json };
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type JsonObject = { [key: string]: Json };
+
+/** One event of a watchRaw: the object as sent (for BOOKMARK, only its resourceVersion means anything). */
+export interface RawWatchEvent {
+  readonly type: WatchEventType;
+  readonly object: Json;
+  /** metadata.resourceVersion of the object ('' when it has none). */
+  readonly resourceVersion: string;
+}
+
+export interface RawList {
+  readonly items: JsonObject[];
+  readonly resourceVersion: string;
+}
 
 export class KubeClient {
   private readonly timeoutMs: number;
@@ -161,23 +175,46 @@ export class KubeClient {
 
   /** Every node, page by page at one resourceVersion (a page token that expired fails with 410). */
   async listNodes(signal?: AbortSignal): Promise<NodeList> {
-    const items: KubeNode[] = [];
+    const op = 'list nodes';
+    const list = await this.listRaw(op, '/api/v1/nodes', 'NodeList', signal);
+    return { items: list.items.map((item) => asKubeNode(op, item)), resourceVersion: list.resourceVersion };
+  }
+
+  /**
+   * Every object of a collection (`path`, e.g. /api/v1/pods), page by page at one resourceVersion,
+   * as raw JSON objects: callers parse and validate them one by one, so one bad object does not
+   * fail the list. A page token that expired fails with 410, unless `fullListIfExpired`: then, as
+   * client-go's pager does, the list starts again in one piece (no limit), which a server whose
+   * history is being compacted still serves.
+   */
+  async listRaw(op: string, path: string, kind: string, signal?: AbortSignal, fullListIfExpired = false): Promise<RawList> {
+    const items: JsonObject[] = [];
     let cont = '';
-    let resourceVersion = '';
-    do {
-      const q = new URLSearchParams({ limit: String(this.pageSize) });
+    let paged = true;
+    for (;;) {
+      const q = new URLSearchParams(paged ? { limit: String(this.pageSize) } : {});
       if (cont) q.set('continue', cont);
-      const op = 'list nodes';
-      const list = await this.call(op, 'GET', `/api/v1/nodes?${q.toString()}`, signal);
+      let list: JsonObject;
+      try {
+        list = await this.call(op, 'GET', `${path}?${q.toString()}`, signal);
+      } catch (e) {
+        if (!(fullListIfExpired && cont && e instanceof KubeApiError && e.code === 410)) throw e;
+        items.length = 0;
+        cont = '';
+        paged = false;
+        continue;
+      }
       const meta = isObject(list.metadata) ? list.metadata : {};
       if (!Array.isArray(list.items) || typeof meta.resourceVersion !== 'string') {
-        throw new KubeProtocolError(op, 'not a NodeList');
+        throw new KubeProtocolError(op, `not a ${kind}`);
       }
-      for (const item of list.items) items.push(asKubeNode(op, item));
-      resourceVersion = meta.resourceVersion;
+      for (const item of list.items) {
+        if (!isObject(item)) throw new KubeProtocolError(op, `${kind} item is not an object`);
+        items.push(item);
+      }
       cont = typeof meta.continue === 'string' ? meta.continue : '';
-    } while (cont);
-    return { items, resourceVersion };
+      if (!cont) return { items, resourceVersion: meta.resourceVersion };
+    }
   }
 
   /** The pod's spec.nodeName ("" when unscheduled). */
@@ -201,6 +238,29 @@ export class KubeClient {
     onOpen?: () => void,
   ): Promise<WatchEnd> {
     const op = 'watch nodes';
+    return this.watchRaw(
+      op,
+      '/api/v1/nodes',
+      resourceVersion,
+      (ev) => onEvent({ type: ev.type, node: ev.type === 'BOOKMARK' ? asBookmark(op, ev.object) : asKubeNode(op, ev.object) }),
+      signal,
+      onOpen,
+    );
+  }
+
+  /**
+   * watchNodes for any collection (`path`, e.g. /apis/networking.k8s.io/v1/networkpolicies), with
+   * raw objects. A BOOKMARK's `resourceVersion` is checked to be there; an exception thrown by
+   * `onEvent` ends the watch with that error.
+   */
+  async watchRaw(
+    op: string,
+    path: string,
+    resourceVersion: string,
+    onEvent: (ev: RawWatchEvent) => void,
+    signal: AbortSignal,
+    onOpen?: () => void,
+  ): Promise<WatchEnd> {
     // As client-go: a server-side timeout of 5–10 min spreads re-watches of many nodes over time.
     const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
     const q = new URLSearchParams({
@@ -209,7 +269,7 @@ export class KubeClient {
       allowWatchBookmarks: 'true',
       timeoutSeconds: String(timeoutSeconds),
     });
-    const res = await this.open(op, 'GET', `/api/v1/nodes?${q.toString()}`, signal, undefined, (timeoutSeconds + 30) * 1000);
+    const res = await this.open(op, 'GET', `${path}?${q.toString()}`, signal, undefined, (timeoutSeconds + 30) * 1000);
     if (res.statusCode !== 200) {
       const err = await errorFromResponse(op, res);
       if (err.code === 410) return 'expired';
@@ -247,8 +307,10 @@ export class KubeClient {
         if (ev.type !== 'ADDED' && ev.type !== 'MODIFIED' && ev.type !== 'DELETED' && ev.type !== 'BOOKMARK') {
           throw new KubeProtocolError(op, `unknown watch event type ${ev.type}`);
         }
-        const node = ev.type === 'BOOKMARK' ? asBookmark(op, ev.object) : asKubeNode(op, ev.object ?? null);
-        onEvent({ type: ev.type, node });
+        const object = ev.object ?? null;
+        const meta = isObject(object) && isObject(object.metadata) ? object.metadata : null;
+        const rv = meta && typeof meta.resourceVersion === 'string' ? meta.resourceVersion : '';
+        onEvent({ type: ev.type, object, resourceVersion: rv });
       };
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => {

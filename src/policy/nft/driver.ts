@@ -1,0 +1,177 @@
+// Applies the policy table with `nft -f -` (one transaction per snapshot or delta), reads it back
+// with `nft -j list table inet weft_policy` and compares it with the desired state; repair
+// replaces the whole table in one transaction — the safety net, not the event path.
+import { IPAddr, IPNet } from '../../util/ip.js';
+import { errorMessage } from '../../util/errors.js';
+import { runCommand } from '../../util/exec.js';
+import { applyDelta, emptySnapshot, type MutableSnapshot, type PolicyDelta, type PolicySnapshot } from '../model.js';
+import { BASE_CHAINS, BASE_PRIORITY, TABLE_FAMILY, TABLE_NAME } from './layout.js';
+import { type DesiredTable, renderDelta, renderDeleteTable, renderFull, type RenderOptions } from './render.js';
+
+/** Runs nft with `args` (and `input` on stdin); resolves with stdout, rejects on failure. */
+export type NftRun = (args: readonly string[], input?: string) => Promise<string>;
+
+export const runNft: NftRun = (args, input) => runCommand('nft', args, input === undefined ? {} : { input });
+
+export class PolicyNftDriver {
+  private state: MutableSnapshot = emptySnapshot();
+  /** `nft -f` transactions written. */
+  transactions = 0;
+
+  constructor(
+    private readonly run: NftRun = runNft,
+    private readonly opts: RenderOptions = {},
+  ) {}
+
+  /** Programs the whole table as `snap`, replacing what is there in the same transaction. */
+  async sync(snap: PolicySnapshot): Promise<void> {
+    await this.write(renderFull(snap, this.opts, true).script);
+    this.state = copySnapshot(snap);
+  }
+
+  /** One delta, one transaction (none when the kernel has nothing to change). */
+  async apply(delta: PolicyDelta): Promise<void> {
+    const script = renderDelta(this.state, delta, this.opts);
+    if (script !== null) await this.write(script);
+    applyDelta(this.state, delta);
+  }
+
+  /** What differs between the table and the desired state; [] when they agree. */
+  async check(): Promise<string[]> {
+    const { desired } = renderFull(this.state, this.opts);
+    let json: string;
+    try {
+      json = await this.run(['-j', 'list', 'table', TABLE_FAMILY, TABLE_NAME]);
+    } catch (e) {
+      return [`table ${TABLE_FAMILY} ${TABLE_NAME} cannot be listed: ${errorMessage(e)}`];
+    }
+    return compareTable(desired, parseTable(json));
+  }
+
+  /** Checks and, when anything differs, rewrites the table whole; returns what was wrong. */
+  async repair(): Promise<string[]> {
+    const problems = await this.check();
+    if (problems.length) await this.write(renderFull(this.state, this.opts, true).script);
+    return problems;
+  }
+
+  async remove(): Promise<void> {
+    await this.write(renderDeleteTable());
+    this.state = emptySnapshot();
+  }
+
+  private async write(script: string): Promise<void> {
+    this.transactions++;
+    await this.run(['-f', '-'], script);
+  }
+}
+
+function copySnapshot(s: PolicySnapshot): MutableSnapshot {
+  const out = emptySnapshot();
+  applyDelta(out, { setsCreated: [...s.sets].map(([id, content]) => ({ id, content })), setChanges: [], rulesAdded: [...s.rules.values()], pods: [...s.pods].map(([key, policy]) => ({ key, policy })), rulesRemoved: [], setsDeleted: [] });
+  return out;
+}
+
+// ---- read-back ----
+
+export interface ListedPolicyTable {
+  readonly sets: Map<string, { type: unknown; flags: unknown; elements: unknown[] }>;
+  readonly maps: Map<string, unknown[]>;
+  readonly chains: Map<string, { type?: string; hook?: string; prio?: number; policy?: string }>;
+  /** chain → rule comments in order ('' for a rule without one). */
+  readonly rules: Map<string, string[]>;
+}
+
+export function parseTable(json: string): ListedPolicyTable {
+  const doc = JSON.parse(json) as { nftables?: unknown };
+  if (!Array.isArray(doc.nftables)) throw new Error('nft -j output has no "nftables" array');
+  const t: ListedPolicyTable = { sets: new Map(), maps: new Map(), chains: new Map(), rules: new Map() };
+  for (const item of doc.nftables as Record<string, Record<string, unknown>>[]) {
+    if (item['set']) {
+      const s = item['set'];
+      t.sets.set(String(s['name']), { type: s['type'], flags: s['flags'], elements: Array.isArray(s['elem']) ? s['elem'] : [] });
+    } else if (item['map']) {
+      t.maps.set(String(item['map']['name']), Array.isArray(item['map']['elem']) ? item['map']['elem'] : []);
+    } else if (item['chain']) {
+      t.chains.set(String(item['chain']['name']), item['chain']);
+    } else if (item['rule']) {
+      const r = item['rule'];
+      const chain = String(r['chain']);
+      const list = t.rules.get(chain) ?? [];
+      list.push(typeof r['comment'] === 'string' ? r['comment'] : '');
+      t.rules.set(chain, list);
+    }
+  }
+  return t;
+}
+
+/** An element as nft -j prints it → the key render.ts uses (address, "first-last", "ip proto port"). */
+function elementKey(el: unknown, kind: 'addresses' | 'intervals' | 'peerPorts'): string {
+  if (el && typeof el === 'object' && 'elem' in el) el = (el as { elem: { val: unknown } }).elem.val;
+  if (kind === 'addresses' && typeof el === 'string') return IPAddr.parse(el).toString();
+  if (kind === 'intervals') {
+    if (typeof el === 'string') {
+      const a = IPAddr.parse(el);
+      return `${a.value}-${a.value}`;
+    }
+    const o = el as { prefix?: { addr: string; len: number }; range?: [string, string] };
+    if (o.prefix) {
+      const n = IPNet.of(IPAddr.parse(o.prefix.addr), o.prefix.len);
+      return `${n.first}-${n.last}`;
+    }
+    if (o.range) return `${IPAddr.parse(o.range[0]).value}-${IPAddr.parse(o.range[1]).value}`;
+  }
+  if (kind === 'peerPorts') {
+    const c = (el as { concat?: unknown[] }).concat;
+    if (Array.isArray(c) && c.length === 3) return `${IPAddr.parse(String(c[0])).toString()} ${String(c[1]).toLowerCase()} ${Number(c[2])}`;
+  }
+  return `unreadable ${JSON.stringify(el)}`;
+}
+
+function diffKeys(what: string, want: Set<string>, have: Set<string>, out: string[]): void {
+  for (const k of want) if (!have.has(k)) out.push(`${what}: ${k} missing`);
+  for (const k of have) if (!want.has(k)) out.push(`${what}: unexpected ${k}`);
+}
+
+/** Problems of the listed table against the desired one, as lines a log can show. */
+export function compareTable(want: DesiredTable, have: ListedPolicyTable): string[] {
+  const p: string[] = [];
+  for (const [name, s] of want.sets) {
+    const h = have.sets.get(name);
+    if (!h) {
+      p.push(`set ${name} missing`);
+      continue;
+    }
+    diffKeys(`set ${name}`, s.keys, new Set(h.elements.map((e) => elementKey(e, s.kind))), p);
+  }
+  for (const name of have.sets.keys()) if (!want.sets.has(name)) p.push(`unexpected set ${name}`);
+  for (const [name, m] of want.maps) {
+    const h = have.maps.get(name);
+    if (!h) {
+      p.push(`map ${name} missing`);
+      continue;
+    }
+    const haveKeys = new Set<string>();
+    for (const e of h) {
+      const [k, v] = e as [string, { jump?: { target?: string } }];
+      haveKeys.add(`${IPAddr.tryParse(String(k))?.toString() ?? String(k)} → ${v?.jump?.target ?? JSON.stringify(v)}`);
+    }
+    diffKeys(`map ${name}`, new Set([...m].map(([k, c]) => `${k} → ${c}`)), haveKeys, p);
+  }
+  for (const name of have.maps.keys()) if (!want.maps.has(name)) p.push(`unexpected map ${name}`);
+  for (const [name, comments] of want.chains) {
+    const c = have.chains.get(name);
+    if (!c) {
+      p.push(`chain ${name} missing`);
+      continue;
+    }
+    const base = BASE_CHAINS.find((b) => b.name === name);
+    if (base && (c.type !== 'filter' || c.hook !== base.hook || c.prio !== BASE_PRIORITY || c.policy !== 'accept')) {
+      p.push(`chain ${name} is not a filter ${base.hook} chain at priority ${BASE_PRIORITY} with policy accept`);
+    }
+    const got = have.rules.get(name) ?? [];
+    if (got.length !== comments.length || got.some((g, i) => g !== comments[i])) p.push(`chain ${name}: rules differ (${got.length} listed, ${comments.length} wanted)`);
+  }
+  for (const name of have.chains.keys()) if (!want.chains.has(name)) p.push(`unexpected chain ${name}`);
+  return p;
+}

@@ -1,0 +1,324 @@
+// Pure rendering of the policy engine's output into `nft -f` transactions for the table in
+// layout.ts: a snapshot into the whole table (and the shape a read-back must have), a delta into
+// one incremental transaction. Every text goes through src/render/nft.ts; the only names that
+// reach it are layout names, engine ids (`r` + hex) and hashes of pod keys.
+import { IPAddr } from '../../util/ip.js';
+import { nft, nftComment, nftJoin, nftName, nftScript, type NftPart, type NftScript } from '../../render/nft.js';
+import { intervalText } from '../ipblock.js';
+import type { Direction, DirectionPolicy, LocalPodPolicy, MutableSnapshot, PeerPort, PolicyDelta, PolicySnapshot, RuleInfo, SetContent } from '../model.js';
+import type { PortRange, Protocol } from '../ports.js';
+import {
+  BASE_CHAINS,
+  BASE_PRIORITY,
+  digest,
+  FAMILIES,
+  type Fam,
+  ipProto,
+  mapName,
+  peerAddrField,
+  podAddrField,
+  podChainName,
+  setName,
+  TABLE_FAMILY,
+  TABLE_NAME,
+} from './layout.js';
+
+export interface RenderOptions {
+  /** Log default-deny drops, rate limited (5/s per pod chain). */
+  readonly logDrops?: boolean;
+}
+
+export type SetKind = SetContent['kind'];
+
+/** What the table must hold, in the terms a read-back is compared in (see driver.ts). */
+export interface DesiredTable {
+  /** nft set → its kind and element keys (elementKey). */
+  readonly sets: Map<string, { kind: SetKind; fam: Fam; keys: Set<string> }>;
+  /** verdict map → pod address → the chain it jumps to. */
+  readonly maps: Map<string, Map<string, string>>;
+  /** chain → its rules' comments, in order (each ends with the digest of the rule's body). */
+  readonly chains: Map<string, string[]>;
+}
+
+const TABLE = nft`${TABLE_FAMILY} ${nftName('table', TABLE_NAME)}`;
+const PROTO_WORD: Record<Protocol, string> = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp' };
+
+/** A rule body and the comment that carries its digest. */
+interface RuleLine {
+  readonly body: NftPart;
+  readonly comment: string;
+}
+
+function line(tag: string, body: NftPart): RuleLine {
+  return { body, comment: `${tag} ${digest(body.text)}` };
+}
+
+function addRule(chain: string, r: RuleLine): NftPart {
+  return nft`add rule ${TABLE} ${nftName('chain', chain)} ${r.body} comment ${nftComment('rule comment', r.comment)}`;
+}
+
+/** "a, b, c" of checked pieces. */
+function commaList(items: readonly NftPart[]): NftPart {
+  return nftJoin(items.map((p, i) => (i < items.length - 1 ? nft`${p},` : p)));
+}
+
+const familyOf = (ip: string): Fam => IPAddr.parse(ip).family;
+
+// ---- sets ----
+
+function setDecl(kind: SetKind, fam: Fam): NftPart {
+  const t = fam === 4 ? 'ipv4_addr' : 'ipv6_addr';
+  if (kind === 'intervals') return nft`{ type ${t} ; flags interval ; }`;
+  if (kind === 'peerPorts') return nft`{ type ${t} . inet_proto . inet_service ; }`;
+  return nft`{ type ${t} ; }`;
+}
+
+const peerPortElement = (p: PeerPort): NftPart => nft`${IPAddr.parse(p.ip)} . ${PROTO_WORD[p.protocol]} . ${p.port}`;
+
+/** The key a set element is compared by: canonical address, "first-last" as integers, "ip proto port". */
+export const addressKey = (ip: string): string => IPAddr.parse(ip).toString();
+export const peerPortKeyOf = (p: PeerPort): string => `${addressKey(p.ip)} ${PROTO_WORD[p.protocol]} ${p.port}`;
+
+/** One family's elements of an engine set: what the command says and the compare keys. */
+function elementsOf(content: SetContent, fam: Fam): { parts: NftPart[]; keys: string[] } {
+  const parts: NftPart[] = [];
+  const keys: string[] = [];
+  if (content.kind === 'addresses') {
+    for (const a of [...content.elements].sort()) {
+      if (familyOf(a) !== fam) continue;
+      parts.push(nft`${IPAddr.parse(a)}`);
+      keys.push(addressKey(a));
+    }
+  } else if (content.kind === 'intervals') {
+    for (const iv of content.intervals) {
+      if (iv.family !== fam) continue;
+      parts.push(nft`${intervalText(iv)}`);
+      keys.push(`${iv.first}-${iv.last}`);
+    }
+  } else {
+    for (const p of [...content.elements.values()].sort((a, b) => peerPortKeyOf(a).localeCompare(peerPortKeyOf(b)))) {
+      if (familyOf(p.ip) !== fam) continue;
+      parts.push(peerPortElement(p));
+      keys.push(peerPortKeyOf(p));
+    }
+  }
+  return { parts, keys };
+}
+
+function elementCommand(verb: 'add' | 'delete', set: string, parts: readonly NftPart[]): NftPart[] {
+  if (!parts.length) return [];
+  return verb === 'add'
+    ? [nft`add element ${TABLE} ${nftName('set', set)} { ${commaList(parts)} }`]
+    : [nft`delete element ${TABLE} ${nftName('set', set)} { ${commaList(parts)} }`];
+}
+
+function createSet(id: string, content: SetContent, out: NftPart[]): void {
+  for (const fam of FAMILIES) {
+    const name = setName(id, fam);
+    out.push(nft`add set ${TABLE} ${nftName('set', name)} ${setDecl(content.kind, fam)}`);
+    out.push(...elementCommand('add', name, elementsOf(content, fam).parts));
+  }
+}
+
+// ---- pod chains ----
+
+function portMatches(ports: 'any' | readonly PortRange[]): NftPart[] {
+  if (ports === 'any') return [nft``];
+  const out: NftPart[] = [];
+  for (const proto of ['TCP', 'UDP', 'SCTP'] as const) {
+    const list = ports.filter((p) => p.protocol === proto);
+    if (!list.length) continue;
+    const w = PROTO_WORD[proto];
+    if (list.some((p) => p.first === 0 && p.last === 65535)) {
+      out.push(nft`meta l4proto ${w}`);
+      continue;
+    }
+    const items = list.map((p) => (p.first === p.last ? nft`${p.first}` : nft`${`${p.first}-${p.last}`}`));
+    out.push(nft`${w} dport { ${commaList(items)} }`);
+  }
+  return out;
+}
+
+/** The rules one rule reference puts in a pod's chain of direction `dir`. */
+function refLines(rule: RuleInfo, ports: 'any' | readonly PortRange[], dir: Direction): RuleLine[] {
+  const out: RuleLine[] = [];
+  const pm = portMatches(ports);
+  const allow = (match: NftPart) => line(rule.id, nftJoin([match, nft`counter return`]));
+  if (rule.peers === 'any') {
+    for (const p of pm) out.push(allow(p));
+  } else {
+    for (const fam of FAMILIES) {
+      for (const set of [rule.peers.pods, rule.peers.cidrs]) {
+        if (set === null) continue;
+        const peer = nft`${ipProto(fam)} ${peerAddrField(dir)} @${nftName('set', setName(set, fam))}`;
+        for (const p of pm) out.push(allow(nftJoin([peer, p])));
+      }
+    }
+  }
+  if (dir === 'egress' && rule.namedPeerPorts !== null) {
+    for (const fam of FAMILIES) {
+      out.push(allow(nft`${ipProto(fam)} daddr . meta l4proto . th dport @${nftName('set', setName(rule.namedPeerPorts, fam))}`));
+    }
+  }
+  return out;
+}
+
+/** A pod's chain for one isolated direction: one line per allowing (rule, family, peer set, protocol), then drop. */
+export function podChainLines(rules: ReadonlyMap<string, RuleInfo>, dir: DirectionPolicy & { isolated: true }, direction: Direction, opts: RenderOptions): RuleLine[] {
+  const out: RuleLine[] = [];
+  for (const ref of dir.rules) {
+    const rule = rules.get(ref.rule);
+    if (!rule) throw new Error(`pod refers to rule ${ref.rule}, which is not in the state`);
+    out.push(...refLines(rule, ref.ports, direction));
+  }
+  if (opts.logDrops) out.push(line('log', nft`limit rate 5/second burst 10 packets log prefix ${nftComment('log prefix', 'weft-policy drop: ')}`));
+  out.push(line('default-deny', nft`counter drop`));
+  return out;
+}
+
+function mapElement(ip: string, chain: string): NftPart {
+  return nft`${IPAddr.parse(ip)} : jump ${nftName('chain', chain)}`;
+}
+
+// ---- base chains ----
+
+function baseLines(): Map<string, RuleLine[]> {
+  const out = new Map<string, RuleLine[]>();
+  for (const b of BASE_CHAINS) {
+    const lines: RuleLine[] = [line('ct', nft`ct state established,related accept`), line('ct', nft`ct state invalid drop`)];
+    for (const dir of b.directions) {
+      for (const fam of FAMILIES) {
+        lines.push(line('dispatch', nft`${ipProto(fam)} ${podAddrField(dir)} vmap @${nftName('map', mapName(dir, fam))}`));
+      }
+    }
+    out.set(b.name, lines);
+  }
+  return out;
+}
+
+const PRIORITY = nft`filter - ${-BASE_PRIORITY}`;
+
+// ---- the whole table ----
+
+/**
+ * The transaction that makes the table exactly `snap`, and what a read-back must show. With
+ * `replace`, an existing table goes in the same transaction (add + delete + add: works whether
+ * or not it exists), so there is never a moment without policy.
+ */
+export function renderFull(snap: PolicySnapshot, opts: RenderOptions = {}, replace = false): { script: NftScript; desired: DesiredTable } {
+  const desired: DesiredTable = { sets: new Map(), maps: new Map(), chains: new Map() };
+  const out: NftPart[] = [];
+  const table = nft`add table ${TABLE} { comment ${nftComment('table comment', 'weft NetworkPolicy')} ; }`;
+  if (replace) out.push(table, nft`delete table ${TABLE}`);
+  out.push(table);
+  for (const id of [...snap.sets.keys()].sort()) {
+    const content = snap.sets.get(id)!;
+    createSet(id, content, out);
+    for (const fam of FAMILIES) desired.sets.set(setName(id, fam), { kind: content.kind, fam, keys: new Set(elementsOf(content, fam).keys) });
+  }
+  const mapEls = new Map<string, NftPart[]>();
+  for (const dir of ['ingress', 'egress'] as const) {
+    for (const fam of FAMILIES) {
+      const m = mapName(dir, fam);
+      out.push(nft`add map ${TABLE} ${nftName('map', m)} { type ${fam === 4 ? 'ipv4_addr' : 'ipv6_addr'} : verdict ; }`);
+      desired.maps.set(m, new Map());
+      mapEls.set(m, []);
+    }
+  }
+  for (const key of [...snap.pods.keys()].sort()) {
+    const pod = snap.pods.get(key)!;
+    for (const dir of ['ingress', 'egress'] as const) {
+      const dp = pod[dir];
+      if (!dp.isolated) continue;
+      const chain = podChainName(key, dir);
+      const lines = podChainLines(snap.rules, dp, dir, opts);
+      out.push(nft`add chain ${TABLE} ${nftName('chain', chain)}`);
+      for (const l of lines) out.push(addRule(chain, l));
+      desired.chains.set(chain, lines.map((l) => l.comment));
+      for (const ip of pod.ips) {
+        const m = mapName(dir, familyOf(ip));
+        mapEls.get(m)!.push(mapElement(ip, chain));
+        desired.maps.get(m)!.set(addressKey(ip), chain);
+      }
+    }
+  }
+  for (const [m, els] of mapEls) out.push(...elementCommand('add', m, els));
+  for (const [name, lines] of baseLines()) {
+    const hook = BASE_CHAINS.find((b) => b.name === name)!.hook;
+    out.push(nft`add chain ${TABLE} ${nftName('chain', name)} { type filter hook ${hook} priority ${PRIORITY} ; policy accept ; }`);
+    for (const l of lines) out.push(addRule(name, l));
+    desired.chains.set(name, lines.map((l) => l.comment));
+  }
+  return { script: nftScript(out), desired };
+}
+
+export function renderDeleteTable(): NftScript {
+  return nftScript([nft`delete table ${TABLE}`]);
+}
+
+// ---- deltas ----
+
+/**
+ * One transaction for `delta` against `prev` (the state before it), or null when the kernel has
+ * nothing to change. Order: new sets, element changes, map entries that go, pod chains added or
+ * rewritten (flush + rules), map entries that come, pod chains that go, sets that go — so no
+ * command refers to something that is not (or no longer) there.
+ */
+export function renderDelta(prev: MutableSnapshot | PolicySnapshot, delta: PolicyDelta, opts: RenderOptions = {}): NftScript | null {
+  const out: NftPart[] = [];
+  for (const c of delta.setsCreated) createSet(c.id, c.content, out);
+  for (const ch of delta.setChanges) {
+    for (const fam of FAMILIES) {
+      const name = setName(ch.id, fam);
+      if (ch.kind === 'addresses') {
+        out.push(...elementCommand('delete', name, ch.remove.filter((a) => familyOf(a) === fam).map((a) => nft`${IPAddr.parse(a)}`)));
+        out.push(...elementCommand('add', name, ch.add.filter((a) => familyOf(a) === fam).map((a) => nft`${IPAddr.parse(a)}`)));
+      } else {
+        out.push(...elementCommand('delete', name, ch.remove.filter((p) => familyOf(p.ip) === fam).map(peerPortElement)));
+        out.push(...elementCommand('add', name, ch.add.filter((p) => familyOf(p.ip) === fam).map(peerPortElement)));
+      }
+    }
+  }
+  const oldRules = prev.rules;
+  const newRules = new Map(prev.rules);
+  for (const r of delta.rulesAdded) newRules.set(r.id, r);
+
+  const mapDel = new Map<string, NftPart[]>();
+  const mapAdd = new Map<string, NftPart[]>();
+  const push = (m: Map<string, NftPart[]>, k: string, p: NftPart) => {
+    const l = m.get(k);
+    if (l) l.push(p);
+    else m.set(k, [p]);
+  };
+  const chainCmds: NftPart[] = [];
+  const chainDels: NftPart[] = [];
+  for (const { key, policy } of delta.pods) {
+    const old: LocalPodPolicy | undefined = prev.pods.get(key);
+    for (const dir of ['ingress', 'egress'] as const) {
+      const chain = podChainName(key, dir);
+      const o = old?.[dir];
+      const n = policy?.[dir];
+      const oldLines = o?.isolated ? podChainLines(oldRules, o, dir, opts) : null;
+      const newLines = n?.isolated ? podChainLines(newRules, n, dir, opts) : null;
+      const oldIPs = new Set(oldLines ? old!.ips.map(addressKey) : []);
+      const newIPs = new Set(newLines ? policy!.ips.map(addressKey) : []);
+      for (const ip of oldIPs) if (!newIPs.has(ip)) push(mapDel, mapName(dir, familyOf(ip)), nft`${IPAddr.parse(ip)}`);
+      if (newLines) {
+        const same = oldLines !== null && oldLines.length === newLines.length && oldLines.every((l, i) => l.comment === newLines[i]!.comment);
+        if (!same) {
+          chainCmds.push(oldLines ? nft`flush chain ${TABLE} ${nftName('chain', chain)}` : nft`add chain ${TABLE} ${nftName('chain', chain)}`);
+          for (const l of newLines) chainCmds.push(addRule(chain, l));
+        }
+        for (const ip of newIPs) if (!oldIPs.has(ip)) push(mapAdd, mapName(dir, familyOf(ip)), mapElement(ip, chain));
+      } else if (oldLines) {
+        chainDels.push(nft`delete chain ${TABLE} ${nftName('chain', chain)}`);
+      }
+    }
+  }
+  for (const [m, els] of mapDel) out.push(...elementCommand('delete', m, els));
+  out.push(...chainCmds);
+  for (const [m, els] of mapAdd) out.push(...elementCommand('add', m, els));
+  out.push(...chainDels);
+  for (const id of delta.setsDeleted) for (const fam of FAMILIES) out.push(nft`delete set ${TABLE} ${nftName('set', setName(id, fam))}`);
+  return out.length ? nftScript(out) : null;
+}

@@ -1,0 +1,109 @@
+// The policy table's nft text: a small snapshot and two deltas rendered exactly, and API strings
+// (namespace and pod names, labels) that never reach the text — chains are hashes, sets engine ids.
+import assert from 'node:assert/strict';
+
+import { PolicyEngine } from '../../src/policy/engine.js';
+import { applyDelta, emptySnapshot, type MutableSnapshot, type PolicySnapshot } from '../../src/policy/model.js';
+import { parseNamespace, parseNetworkPolicy, parsePod } from '../../src/policy/objects.js';
+import { podChainName } from '../../src/policy/nft/layout.js';
+import { renderDelta, renderFull } from '../../src/policy/nft/render.js';
+
+const pod = (ns: string, name: string, ip: string, app: string) =>
+  parsePod({
+    metadata: { namespace: ns, name, labels: { app } },
+    spec: { nodeName: 'n1', containers: [{ name: 'c', ports: [{ name: 'http', containerPort: 80, protocol: 'TCP' }] }] },
+    status: { phase: 'Running', podIPs: [{ ip }] },
+  });
+
+function copy(s: PolicySnapshot): MutableSnapshot {
+  const out = emptySnapshot();
+  applyDelta(out, { setsCreated: [...s.sets].map(([id, content]) => ({ id, content })), setChanges: [], rulesAdded: [...s.rules.values()], pods: [...s.pods].map(([key, policy]) => ({ key, policy })), rulesRemoved: [], setsDeleted: [] });
+  return out;
+}
+
+const T = 'inet weft_policy';
+const SET = 'r2d27d8f36fc2ec182e44_pods';
+const B = 'pod_b68ad6bd697197954524_in';
+
+describe('policy nft rendering', () => {
+  const e = new PolicyEngine('n1');
+  e.upsertNamespace(parseNamespace({ metadata: { name: 'x', labels: {} } }));
+  e.upsertPod(pod('x', 'a', '10.88.0.2', 'a'));
+  e.upsertPod(pod('x', 'b', '10.88.0.3', 'b'));
+  e.upsertPolicy(
+    parseNetworkPolicy({
+      metadata: { namespace: 'x', name: 'allow-a' },
+      spec: { podSelector: { matchLabels: { app: 'b' } }, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'a' } } }], ports: [{ port: 80, protocol: 'TCP' }, { port: 8080, endPort: 8090 }, { protocol: 'UDP' }] }] },
+    }),
+  );
+  const snap0 = e.snapshot();
+  const state = copy(snap0);
+
+  it('renders a snapshot as the whole table', () => {
+    assert.equal(B, podChainName('x/b', 'ingress'));
+    const dispatch = (chain: string, lines: string[]) => lines.map((l) => `add rule ${T} ${chain} ${l}`);
+    const expected = [
+      `add table ${T} { comment "weft NetworkPolicy" ; }`,
+      `add set ${T} ${SET}_v4 { type ipv4_addr ; }`,
+      `add element ${T} ${SET}_v4 { 10.88.0.2 }`,
+      `add set ${T} ${SET}_v6 { type ipv6_addr ; }`,
+      `add map ${T} ingress_v4 { type ipv4_addr : verdict ; }`,
+      `add map ${T} ingress_v6 { type ipv6_addr : verdict ; }`,
+      `add map ${T} egress_v4 { type ipv4_addr : verdict ; }`,
+      `add map ${T} egress_v6 { type ipv6_addr : verdict ; }`,
+      `add chain ${T} ${B}`,
+      `add rule ${T} ${B} ip saddr @${SET}_v4 tcp dport { 80, 8080-8090 } counter return comment "r2d27d8f36fc2ec182e44 948ac6f3044c"`,
+      `add rule ${T} ${B} ip saddr @${SET}_v4 meta l4proto udp counter return comment "r2d27d8f36fc2ec182e44 3be45bc43009"`,
+      `add rule ${T} ${B} ip6 saddr @${SET}_v6 tcp dport { 80, 8080-8090 } counter return comment "r2d27d8f36fc2ec182e44 1289b1ee2cfe"`,
+      `add rule ${T} ${B} ip6 saddr @${SET}_v6 meta l4proto udp counter return comment "r2d27d8f36fc2ec182e44 273e8535b9ec"`,
+      `add rule ${T} ${B} counter drop comment "default-deny 31e1ec47c048"`,
+      `add element ${T} ingress_v4 { 10.88.0.3 : jump ${B} }`,
+      `add chain ${T} pod_forward { type filter hook forward priority filter - 10 ; policy accept ; }`,
+      ...dispatch('pod_forward', [
+        'ct state established,related accept comment "ct d715fd9ae664"',
+        'ct state invalid drop comment "ct efca34c884c5"',
+        'ip saddr vmap @egress_v4 comment "dispatch 7c9a60f531bf"',
+        'ip6 saddr vmap @egress_v6 comment "dispatch e804290c46e0"',
+        'ip daddr vmap @ingress_v4 comment "dispatch c16d1c591381"',
+        'ip6 daddr vmap @ingress_v6 comment "dispatch 6e608af61829"',
+      ]),
+      `add chain ${T} pod_input { type filter hook input priority filter - 10 ; policy accept ; }`,
+      ...dispatch('pod_input', [
+        'ct state established,related accept comment "ct d715fd9ae664"',
+        'ct state invalid drop comment "ct efca34c884c5"',
+        'ip saddr vmap @egress_v4 comment "dispatch 7c9a60f531bf"',
+        'ip6 saddr vmap @egress_v6 comment "dispatch e804290c46e0"',
+      ]),
+    ];
+    assert.equal(renderFull(e.snapshot()).script, expected.join('\n') + '\n');
+    const replaced = renderFull(e.snapshot(), {}, true).script.split('\n');
+    assert.deepEqual(replaced.slice(0, 3), [expected[0], `delete table ${T}`, expected[0]]);
+  });
+
+  it('renders deltas as only the changed elements, chains and sets', () => {
+    const d1 = e.upsertPod(pod('x', 'c', '10.88.0.4', 'a'));
+    assert.equal(renderDelta(state, d1), `add element ${T} ${SET}_v4 { 10.88.0.4 }\n`);
+    applyDelta(state, d1);
+    const d2 = e.deletePolicy('x', 'allow-a');
+    assert.equal(
+      renderDelta(state, d2),
+      [`delete element ${T} ingress_v4 { 10.88.0.3 }`, `delete chain ${T} ${B}`, `delete set ${T} ${SET}_v4`, `delete set ${T} ${SET}_v6`, ''].join('\n'),
+    );
+    applyDelta(state, d2);
+    // An event that changes nothing enforced renders nothing.
+    assert.equal(renderDelta(state, e.upsertPod(pod('x', 'a', '10.88.0.2', 'a'))), null);
+  });
+
+  it('never puts API strings into the text, even ones the parser would refuse', () => {
+    // The parser refuses such names; the renderer must not depend on it: pods are keyed by hash.
+    const hostile = ['q"uote', 'semi;colon', 'new\nline', 'br{ace}', 'at@set', 'dollar$x', 'flush ruleset'];
+    const snap = snap0;
+    const b = snap.pods.get('x/b')!;
+    const pods = new Map(hostile.map((s, i) => [`${s}/${s}`, { ...b, namespace: s, name: s, ips: [`10.9.0.${i + 1}`] }]));
+    const full = renderFull({ ...snap, pods }).script;
+    assert.equal(full.match(/: jump pod_[0-9a-f]{20}_in/g)?.length, hostile.length);
+    const prev = copy({ ...snap, pods: new Map() });
+    const delta = renderDelta(prev, { setsCreated: [], setChanges: [], rulesAdded: [], pods: [...pods].map(([key, policy]) => ({ key, policy })), rulesRemoved: [], setsDeleted: [] })!;
+    for (const t of [full, delta]) for (const s of hostile) assert.ok(!t.includes(s), `${JSON.stringify(s)} in the text`);
+  });
+});
