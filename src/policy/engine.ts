@@ -8,6 +8,7 @@
 //    evaluates only rules that can select it;
 //  - set contents are reference counted per rule (two pods can claim one address), so a pod
 //    leaving removes exactly the addresses no other member still holds.
+// State and helpers: engine-state.ts; turning changes into output: engine-delta.ts.
 // `snapshot()` lists the whole desired state, for start-up and the periodic compare. A rule's id
 // covers its position too, so inserting a rule before others re-creates the ones after it.
 //
@@ -21,138 +22,36 @@
 //    (address, protocol, port) set. An egress named port with `to` empty or an ipBlock peer
 //    matches pods (in the block) that have the port; non-pod destinations have no named ports.
 //  - A namespace not seen yet, or deleted while pods remain, has only its name label.
-import { createHash } from 'node:crypto';
-
 import { IPAddr } from '../util/ip.js';
-import { carve, intervalsContain, type IPInterval, mergeIntervals } from './ipblock.js';
+import { DeltaBuilder, finishDelta, podView, ruleSets } from './engine-delta.js';
 import {
-  type Direction,
-  type DirectionPolicy,
-  type LocalPodPolicy,
-  type PeerPort,
-  peerPortKey,
-  type PodRuleRef,
-  type PolicyDelta,
-  type PolicySnapshot,
-  type RuleInfo,
-  type SetChange,
-  type SetContent,
-} from './model.js';
-import { type Namespace, NAMESPACE_NAME_LABEL, type NetworkPolicy, type Pod, podActive, type PolicyRule } from './objects.js';
-import { type PortRange, type Protocol, resolveNamed, resolvePorts } from './ports.js';
-import { indexableRequirements, type Labels, type LabelSelector, matches } from './selector.js';
+  candidatesFor,
+  defaultNsLabels,
+  dropFrom,
+  EMPTY,
+  type KeyedPeerPort,
+  mapOf,
+  type NsPeers,
+  type NsState,
+  type PeerState,
+  podKey,
+  type PodState,
+  type PolicyState,
+  ruleId,
+  type RuleState,
+  sameLabels,
+  sameList,
+  sameTuples,
+  setIds,
+  setOf,
+} from './engine-state.js';
+import { carve, intervalsContain, mergeIntervals } from './ipblock.js';
+import { type Direction, type LocalPodPolicy, peerPortKey, type PolicyDelta, type PolicySnapshot, type RuleInfo, type SetContent } from './model.js';
+import { type Namespace, type NetworkPolicy, type Pod, podActive, type PolicyRule } from './objects.js';
+import { type Protocol, resolveNamed, resolvePorts } from './ports.js';
+import { indexableRequirements, type Labels, matches } from './selector.js';
 
-interface NsState {
-  readonly name: string;
-  labels: Labels;
-  hasObject: boolean;
-  readonly pods: Set<PodState>;
-  /** label key → value → pods */
-  readonly index: Map<string, Map<string, Set<PodState>>>;
-}
-
-interface NsPeers {
-  readonly byLabel: Map<string, Map<string, Set<PeerState>>>;
-  readonly rest: Set<PeerState>;
-}
-
-interface PodState {
-  readonly key: string;
-  pod: Pod;
-  /** The pod's addresses as text, computed once per upsert (shared by every rule's set). */
-  ipTexts: readonly string[];
-  /** Named-port resolutions of this pod version, by "protocol/name" (see resolvedOn). */
-  named: Map<string, readonly KeyedPeerPort[]>;
-  /** Can be a peer: active, not host-network. */
-  peerOK: boolean;
-  /** Enforced here: a peer-capable pod on this node. */
-  local: boolean;
-  /** Rules whose sets hold something of this pod. */
-  readonly rules: Set<RuleState>;
-  readonly selectedBy: Set<PolicyState>;
-}
-
-interface KeyedPeerPort {
-  readonly key: string;
-  readonly pp: PeerPort;
-}
-
-interface PolicyState {
-  readonly key: string;
-  policy: NetworkPolicy;
-  rules: RuleState[];
-  readonly selected: Set<PodState>;
-}
-
-interface PeerState {
-  readonly rule: RuleState;
-  /** One "In" requirement of podSel (every match has one of `values` under `key`), or null. */
-  readonly hint: { readonly key: string; readonly values: ReadonlySet<string> } | null;
-  /** null: the policy's own namespace. */
-  readonly nsSel: LabelSelector | null;
-  readonly podSel: LabelSelector;
-  readonly nsMatch: Set<string>;
-}
-
-interface RuleState {
-  readonly id: string;
-  readonly policy: PolicyState;
-  readonly direction: Direction;
-  readonly index: number;
-  readonly rule: PolicyRule;
-  readonly peers: PeerState[];
-  readonly blocks: readonly IPInterval[];
-  readonly named: ReadonlyArray<{ readonly name: string; readonly protocol: Protocol }>;
-  readonly info: RuleInfo;
-  readonly contrib: Map<PodState, readonly string[]>;
-  readonly addrs: Map<string, number>;
-  readonly namedContrib: Map<PodState, readonly KeyedPeerPort[]>;
-  readonly tuples: Map<string, { readonly pp: PeerPort; n: number }>;
-}
-
-const EMPTY: readonly never[] = [];
-
-/** Collects one event's changes; add-then-remove of one element within the event cancels. */
-class DeltaBuilder {
-  readonly created = new Set<string>();
-  readonly deleted = new Set<string>();
-  readonly adds = new Map<string, Map<string, string | PeerPort>>();
-  readonly removes = new Map<string, Map<string, string | PeerPort>>();
-  readonly rulesAdded = new Map<string, RuleState>();
-  readonly rulesRemoved = new Set<string>();
-  readonly touched = new Set<string>();
-
-  add(set: string, key: string, el: string | PeerPort): void {
-    if (this.created.has(set)) return; // a new set is sent whole
-    if (this.removes.get(set)?.delete(key)) return;
-    mapOf(this.adds, set).set(key, el);
-  }
-
-  remove(set: string, key: string, el: string | PeerPort): void {
-    if (this.created.has(set) || this.deleted.has(set)) return;
-    if (this.adds.get(set)?.delete(key)) return;
-    mapOf(this.removes, set).set(key, el);
-  }
-}
-
-function mapOf<K, V>(m: Map<string, Map<K, V>>, k: string): Map<K, V> {
-  let v = m.get(k);
-  if (!v) m.set(k, (v = new Map<K, V>()));
-  return v;
-}
-
-function setOf<V>(m: Map<string, Set<V>>, k: string): Set<V> {
-  let v = m.get(k);
-  if (!v) m.set(k, (v = new Set<V>()));
-  return v;
-}
-
-export function ruleId(namespace: string, name: string, direction: Direction, index: number, canonical: string): string {
-  const h = createHash('sha256').update(JSON.stringify([namespace, name, direction, index, canonical])).digest('hex');
-  return `r${h.slice(0, 20)}`;
-}
-
-const podKey = (namespace: string, name: string) => `${namespace}/${name}`;
+export { ruleId };
 
 export class PolicyEngine {
   private readonly namespaces = new Map<string, NsState>();
@@ -183,7 +82,7 @@ export class PolicyEngine {
       st.labels = ns.labels;
       this.reevaluateNamespace(st, d);
     }
-    return this.finish(d);
+    return finishDelta(d, this.pods, this.lastViews);
   }
 
   deleteNamespace(name: string): PolicyDelta {
@@ -198,7 +97,7 @@ export class PolicyEngine {
       }
       this.gcNamespace(st);
     }
-    return this.finish(d);
+    return finishDelta(d, this.pods, this.lastViews);
   }
 
   // ---- pods ----
@@ -231,7 +130,7 @@ export class PolicyEngine {
       for (const pst of this.policiesByNs.get(pod.namespace) ?? EMPTY) this.updateSelection(pst, ps);
     }
     d.touched.add(key);
-    return this.finish(d);
+    return finishDelta(d, this.pods, this.lastViews);
   }
 
   deletePod(namespace: string, name: string): PolicyDelta {
@@ -250,7 +149,7 @@ export class PolicyEngine {
       if (st) this.gcNamespace(st);
       d.touched.add(key);
     }
-    return this.finish(d);
+    return finishDelta(d, this.pods, this.lastViews);
   }
 
   // ---- policies ----
@@ -291,7 +190,7 @@ export class PolicyEngine {
     for (const ps of this.localByNs.get(np.namespace) ?? EMPTY) {
       if (this.updateSelection(pst, ps)) d.touched.add(ps.key);
     }
-    return this.finish(d);
+    return finishDelta(d, this.pods, this.lastViews);
   }
 
   deletePolicy(namespace: string, name: string): PolicyDelta {
@@ -311,7 +210,7 @@ export class PolicyEngine {
       byNs?.delete(pst);
       if (byNs?.size === 0) this.policiesByNs.delete(namespace);
     }
-    return this.finish(d);
+    return finishDelta(d, this.pods, this.lastViews);
   }
 
   // ---- queries ----
@@ -322,10 +221,10 @@ export class PolicyEngine {
     const rules = new Map<string, RuleInfo>();
     for (const r of this.rules.values()) {
       rules.set(r.id, r.info);
-      for (const [id, content] of this.ruleSets(r)) sets.set(id, content);
+      for (const [id, content] of ruleSets(r)) sets.set(id, content);
     }
     const pods = new Map<string, LocalPodPolicy>();
-    for (const ps of this.pods.values()) if (ps.local) pods.set(ps.key, this.view(ps));
+    for (const ps of this.pods.values()) if (ps.local) pods.set(ps.key, podView(ps));
     return { sets, rules, pods };
   }
 
@@ -642,116 +541,4 @@ export class PolicyEngine {
     this.rules.delete(r.id);
     if (!d.rulesAdded.delete(r.id)) d.rulesRemoved.add(r.id);
   }
-
-  private ruleSets(r: RuleState): Array<[string, SetContent]> {
-    const out: Array<[string, SetContent]> = [];
-    const p = r.info.peers;
-    if (p !== 'any' && p.pods) out.push([p.pods, { kind: 'addresses', elements: new Set(r.addrs.keys()) }]);
-    if (p !== 'any' && p.cidrs) out.push([p.cidrs, { kind: 'intervals', intervals: r.blocks }]);
-    if (r.info.namedPeerPorts) out.push([r.info.namedPeerPorts, { kind: 'peerPorts', elements: new Map([...r.tuples].map(([k, v]) => [k, v.pp])) }]);
-    return out;
-  }
-
-  // ---- internals: output ----
-
-  private view(ps: PodState): LocalPodPolicy {
-    const policies = [...ps.selectedBy].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
-    const direction = (dir: Direction): DirectionPolicy => {
-      const applying = policies.filter((p) => (dir === 'ingress' ? p.policy.ingress : p.policy.egress) !== null);
-      if (!applying.length) return { isolated: false };
-      const rules: PodRuleRef[] = [];
-      for (const p of applying) {
-        for (const r of p.rules) {
-          if (r.direction !== dir) continue;
-          if (r.rule.ports === null) {
-            rules.push({ rule: r.id, ports: 'any' });
-            continue;
-          }
-          const ports: PortRange[] = resolvePorts(r.rule.ports, dir === 'ingress' ? ps.pod.ports : null);
-          if (ports.length || r.info.namedPeerPorts) rules.push({ rule: r.id, ports });
-        }
-      }
-      return { isolated: true, rules };
-    };
-    return { namespace: ps.pod.namespace, name: ps.pod.name, ips: ps.ipTexts, ingress: direction('ingress'), egress: direction('egress') };
-  }
-
-  private finish(d: DeltaBuilder): PolicyDelta {
-    const setsCreated: Array<{ id: string; content: SetContent }> = [];
-    const rulesAdded: RuleInfo[] = [];
-    for (const r of d.rulesAdded.values()) {
-      rulesAdded.push(r.info);
-      for (const [id, content] of this.ruleSets(r)) if (d.created.has(id)) setsCreated.push({ id, content });
-    }
-    const setChanges: SetChange[] = [];
-    const ids = new Set([...d.adds.keys(), ...d.removes.keys()]);
-    for (const id of ids) {
-      if (d.created.has(id) || d.deleted.has(id)) continue;
-      const add = [...(d.adds.get(id)?.values() ?? EMPTY)];
-      const remove = [...(d.removes.get(id)?.values() ?? EMPTY)];
-      if (!add.length && !remove.length) continue;
-      if (id.endsWith('_ports')) setChanges.push({ id, kind: 'peerPorts', add: add as PeerPort[], remove: remove as PeerPort[] });
-      else setChanges.push({ id, kind: 'addresses', add: add as string[], remove: remove as string[] });
-    }
-    const pods: Array<{ key: string; policy: LocalPodPolicy | null }> = [];
-    for (const key of d.touched) {
-      const ps = this.pods.get(key);
-      if (ps?.local) {
-        const view = this.view(ps);
-        const sig = JSON.stringify(view);
-        if (this.lastViews.get(key) !== sig) {
-          this.lastViews.set(key, sig);
-          pods.push({ key, policy: view });
-        }
-      } else if (this.lastViews.delete(key)) {
-        pods.push({ key, policy: null });
-      }
-    }
-    return { setsCreated, setChanges, rulesAdded, pods, rulesRemoved: [...d.rulesRemoved], setsDeleted: [...d.deleted] };
-  }
-}
-
-/** Pods of `st` that may match `sel`: the smallest posting list of an "In" requirement, else all. */
-function candidatesFor(st: NsState, sel: LabelSelector): Iterable<PodState> {
-  let best: PodState[] | null = null;
-  for (const req of indexableRequirements(sel)) {
-    const byValue = st.index.get(req.key);
-    const found: PodState[] = [];
-    if (byValue) for (const v of req.values) for (const ps of byValue.get(v) ?? EMPTY) found.push(ps);
-    if (best === null || found.length < best.length) best = found;
-  }
-  return best ?? st.pods;
-}
-
-function setIds(info: RuleInfo): string[] {
-  const out: string[] = [];
-  if (info.peers !== 'any' && info.peers.pods) out.push(info.peers.pods);
-  if (info.peers !== 'any' && info.peers.cidrs) out.push(info.peers.cidrs);
-  if (info.namedPeerPorts) out.push(info.namedPeerPorts);
-  return out;
-}
-
-function dropFrom<V>(m: Map<string, Set<V>>, k: string, v: V): void {
-  const s = m.get(k);
-  if (!s) return;
-  s.delete(v);
-  if (s.size === 0) m.delete(k);
-}
-
-function defaultNsLabels(name: string): Labels {
-  return new Map([[NAMESPACE_NAME_LABEL, name]]);
-}
-
-function sameLabels(a: Labels, b: Labels): boolean {
-  if (a.size !== b.size) return false;
-  for (const [k, v] of a) if (b.get(k) !== v) return false;
-  return true;
-}
-
-function sameTuples(a: readonly KeyedPeerPort[], b: readonly KeyedPeerPort[]): boolean {
-  return a === b || (a.length === b.length && a.every((x, i) => x.key === b[i]!.key));
-}
-
-function sameList(a: readonly string[], b: readonly string[]): boolean {
-  return a.length === b.length && a.every((x, i) => x === b[i]);
 }
