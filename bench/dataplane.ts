@@ -34,7 +34,7 @@
 // Run as root. The machine's own network namespace is never touched; namespaces, etcd, weftd,
 // the helper and the temporary directory are removed in `finally` and on SIGINT/SIGTERM.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -70,6 +70,8 @@ import {
   rssOf,
   type CpuSplit,
   type Dist,
+  spawnBenchEtcd,
+  wireUnderlay,
 } from './lib/common.js';
 import { deleteOp, putOp, RawTxnWriter, txnFrame } from './lib/etcd-txn.js';
 import { VXLAN, type Counts, type PollResult, type Verdict } from './lib/kernel-counter.js';
@@ -924,32 +926,15 @@ class Bench {
   async setup(): Promise<void> {
     for (const ns of [this.node, this.ul, this.ref]) this.namespaces.push(await addNetns(ns));
     // One underlay per host namespace, each on a veth whose other end is in "ul".
-    for (const [ns, end] of [[this.node, 'n0'], [this.ref, 'r0']] as const) {
-      await ipn(this.ul, 'link', 'add', end, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns);
-      await ipn(this.ul, 'link', 'set', end, 'up');
-      await ipn(ns, 'addr', 'add', `${NODE_IP}/16`, 'dev', 'eth0');
-      await ipn(ns, 'link', 'set', 'eth0', 'up');
-    }
-    const log = openSync(join(this.dir, 'etcd.log'), 'a');
-    const peerUrl = 'http://127.0.0.1:2380';
-    this.etcd = spawn(
-      'ip',
-      ['netns', 'exec', this.node, 'etcd', '--name', 'node', '--data-dir', join(this.etcdDir, 'etcd'),
-        '--listen-client-urls', ETCD_URL, '--advertise-client-urls', ETCD_URL,
-        '--listen-peer-urls', peerUrl, '--initial-advertise-peer-urls', peerUrl, '--initial-cluster', `node=${peerUrl}`,
-        // One transaction of 10 000 puts (~2 MB): above the default 128 ops and 1.5 MiB.
-        '--max-txn-ops', '20000', '--max-request-bytes', String(32 << 20),
-        '--quota-backend-bytes', String(8 * 1024 ** 3), '--log-level', 'warn'],
-      { stdio: ['ignore', log, log] },
-    );
-    closeSync(log);
+    await wireUnderlay(this.ul, [[this.node, 'n0'], [this.ref, 'r0']], NODE_IP);
+    const etcd = spawnBenchEtcd(this.node, join(this.etcdDir, 'etcd'), join(this.dir, 'etcd.log'), ETCD_URL);
+    this.etcd = etcd;
     const prof = args['helper-cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${args['helper-cpu-prof']}`] : [];
     this.agentProc = spawn('ip', ['netns', 'exec', this.node, process.execPath, ...prof, '--import', 'tsx', SELF, '--agent'], {
       cwd: ROOT,
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     this.agent = RpcClient.forProcess<AgentOps>('agent', this.agentProc);
-    const etcd = this.etcd;
     const etcdDied = new Promise<never>((_, reject) =>
       etcd.once('exit', (code) => reject(new BenchError(`etcd exited (${code}): ${readFileSync(join(this.dir, 'etcd.log'), 'utf8').slice(-2000)}`))),
     );

@@ -42,15 +42,14 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { errorMessage } from '../src/util/errors.js';
 import { CommandError, execProgram } from '../src/util/exec.js';
 import { MAX_FRAME_BYTES } from '../src/cniserver/frame.js';
-import { CLIENT_MARKER } from './skel/delegate.js';
+import { BUNDLE_SUFFIX, CLIENT_MARKER } from './skel/delegate.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = resolve(HERE, '..');
 
 export const SHEBANG = '#!/usr/bin/env -S -u NODE_EXTRA_CA_CERTS node';
 export const MARKER_PREFIX = '// weft-cni-plugin: ';
-/** The Node.js bundle of plugin `<name>` is `<name>` + this when the native client is `<name>`. */
-export const BUNDLE_SUFFIX = '.cjs';
+export { BUNDLE_SUFFIX };
 /** In the client's first 4 KiB (an ELF note), NUL-terminated: how delegation recognizes it. */
 export { CLIENT_MARKER };
 export const CLIENT_SOURCE = join(HERE, 'native', 'weft-cni.c');

@@ -1,13 +1,14 @@
 // What the namespace benchmarks (convergence.ts, dataplane.ts) share: the peer model, clocks,
 // statistics and table printing, CPU and memory accounting from /proc, weftd's log and metrics,
 // and the checks that the compiled daemon is current.
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { IPAddr, IPNet } from '../../src/util/ip.js';
-import { nsPrefix, sh } from '../../test/helpers/netns.js';
+import { ipn, nsPrefix, sh } from '../../test/helpers/netns.js';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -266,4 +267,36 @@ export function checkCompiled(): string {
     throw new BenchError(`dist/ is missing or older than ${stale.slice(0, 3).join(', ')}${stale.length > 3 ? ` and ${stale.length - 3} more` : ''}: run \`npm run build\`, or pass --daemon source`);
   }
   return `compiled (dist/, built ${statSync(join(ROOT, 'dist/src/cli/weftd.js')).mtime.toISOString()})`;
+}
+
+/**
+ * Puts each host namespace on the underlay namespace `ul` through a veth (`end` in ul, eth0 in
+ * the host) with `ip`/16 on eth0: the node and the reference never talk to each other, so they
+ * can share the address.
+ */
+export async function wireUnderlay(ul: string, hosts: ReadonlyArray<readonly [ns: string, end: string]>, ip: string): Promise<void> {
+  for (const [ns, end] of hosts) {
+    await ipn(ul, 'link', 'add', end, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns);
+    await ipn(ul, 'link', 'set', end, 'up');
+    await ipn(ns, 'addr', 'add', `${ip}/16`, 'dev', 'eth0');
+    await ipn(ns, 'link', 'set', 'eth0', 'up');
+  }
+}
+
+/** A one-member etcd in `ns` on 127.0.0.1 (`clientUrl`), its output appended to `logFile`. */
+export function spawnBenchEtcd(ns: string, dataDir: string, logFile: string, clientUrl: string): ChildProcess {
+  const log = openSync(logFile, 'a');
+  const peerUrl = 'http://127.0.0.1:2380';
+  const proc = spawn(
+    'ip',
+    ['netns', 'exec', ns, 'etcd', '--name', 'node', '--data-dir', dataDir,
+      '--listen-client-urls', clientUrl, '--advertise-client-urls', clientUrl,
+      '--listen-peer-urls', peerUrl, '--initial-advertise-peer-urls', peerUrl, '--initial-cluster', `node=${peerUrl}`,
+      // One transaction of 10 000 puts (~2 MB): above the default 128 ops and 1.5 MiB.
+      '--max-txn-ops', '20000', '--max-request-bytes', String(32 << 20),
+      '--quota-backend-bytes', String(8 * 1024 ** 3), '--log-level', 'warn'],
+    { stdio: ['ignore', log, log] },
+  );
+  closeSync(log);
+  return proc;
 }

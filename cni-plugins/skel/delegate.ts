@@ -22,6 +22,8 @@ import { CniError, ErrorCode, type CniPlugin, type CniRequest, type CniResult, t
 
 /** The second line of every weft plugin bundle: `// weft-cni-plugin: <name>`. */
 export const BUNDLE_MARKER_PREFIX = '// weft-cni-plugin: ';
+/** The Node.js bundle of plugin `<name>` is `<name>` + this when the native client is `<name>`. */
+export const BUNDLE_SUFFIX = '.cjs';
 /** In the native client's first 4 KiB (an ELF note), followed by a NUL. */
 export const CLIENT_MARKER = 'weft-cni-client: v1';
 const MARKER_READ_BYTES = 4096;

@@ -7,6 +7,7 @@ import { chmod, copyFile, mkdir, open, readdir, rename, rm, stat } from 'node:fs
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { existsSync } from 'node:fs';
+import { BUNDLE_SUFFIX } from '../../cni-plugins/skel/delegate.js';
 import { errorMessage } from '../util/errors.js';
 
 export const CNI_PLUGIN_NAMES = ['bridge', 'flannel', 'host-local', 'portmap', 'sriov', 'weft-ovs'] as const;
@@ -29,8 +30,6 @@ export function defaultBundleDir(): string {
   return join(dir, 'dist', 'cni', 'bin');
 }
 
-/** The Node.js bundle the native client `<name>` falls back to (cni-plugins/build.ts BUNDLE_SUFFIX). */
-export const BUNDLE_SUFFIX = '.cjs';
 
 /** Whether `file` is a script (a Node.js bundle) rather than the native client. */
 export async function isScript(file: string): Promise<boolean> {

@@ -666,14 +666,7 @@ export class KernelMonitor {
     const feed = (p: ChildProcess) => {
       track(p);
       this.procs.push(p);
-      let buf = '';
-      p.stdout!.on('data', (d: Buffer) => {
-        const t = Date.now();
-        buf += d.toString();
-        const lines = buf.split('\n');
-        buf = lines.pop()!;
-        for (const l of lines) this.parse(t, l);
-      });
+      onTimedLines(p, (t, l) => this.parse(t, l));
     };
     // -4: `ip monitor neigh` would print the bridge family's FDB entries as neighbours too.
     feed(spawn('ip', ['-4', '-n', ns, '-o', 'monitor', 'route', 'neigh', 'nexthop'], { stdio: ['ignore', 'pipe', 'ignore'] }));
@@ -1203,17 +1196,10 @@ export class MemberWatches {
     );
     this.procs.add(p);
     const seen = this.seen[i]!;
-    let buf = '';
-    p.stdout!.on('data', (d: Buffer) => {
-      const t = Date.now();
-      buf += d.toString();
-      const lines = buf.split('\n');
-      buf = lines.pop()!;
-      for (const l of lines) {
-        let max = seen.at(-1)?.rev ?? 0n;
-        for (const r of l.matchAll(/"mod_revision":(\d+)/g)) if (BigInt(r[1]!) > max) max = BigInt(r[1]!);
-        if (max > (seen.at(-1)?.rev ?? 0n)) seen.push({ t, rev: max });
-      }
+    onTimedLines(p, (t, l) => {
+      let max = seen.at(-1)?.rev ?? 0n;
+      for (const r of l.matchAll(/"mod_revision":(\d+)/g)) if (BigInt(r[1]!) > max) max = BigInt(r[1]!);
+      if (max > (seen.at(-1)?.rev ?? 0n)) seen.push({ t, rev: max });
     });
     p.once('exit', () => {
       this.procs.delete(p);
@@ -1252,4 +1238,16 @@ export class MemberWatches {
     this.running = false;
     for (const p of this.procs) p.kill('SIGKILL');
   }
+}
+
+/** Each whole line of `p`'s stdout with the time its chunk arrived (Date.now()). */
+function onTimedLines(p: ChildProcess, each: (t: number, line: string) => void): void {
+  let buf = '';
+  p.stdout!.on('data', (d: Buffer) => {
+    const t = Date.now();
+    buf += d.toString();
+    const lines = buf.split('\n');
+    buf = lines.pop()!;
+    for (const l of lines) each(t, l);
+  });
 }
