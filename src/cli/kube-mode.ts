@@ -48,6 +48,9 @@ export async function kubeManager(
         nodeName,
         logger: logger.child({ component: 'netpol' }),
         resyncSeconds: flags.iptablesResync,
+        networkConfig: () => manager.getNetworkConfig(),
+        logDrops: flags.networkPolicyLog,
+        metrics,
       })
     : null;
   return { manager, policy };

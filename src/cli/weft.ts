@@ -125,7 +125,7 @@ async function main(argv: string[]): Promise<number> {
             .option('dport', { type: 'number', describe: 'destination port (tcp/udp)' })
             .option('output', { alias: 'o', choices: ['text', 'json'] as const, default: 'text' as const })
             .option('subnet-file', { type: 'string', default: '/run/flannel/subnet.env', describe: "this node's subnet.env" })
-            .option('endpoint', { type: 'string', default: DEFAULT_STATUS_ENDPOINT, describe: "weftd's health server, for the rule mode and (without etcd) the leases" })
+            .option('endpoint', { type: 'string', default: DEFAULT_STATUS_ENDPOINT, describe: "weftd's health server, for the rule mode, NetworkPolicy decisions and (without etcd) the leases" })
             .option('etcd-timeout', { type: 'number', default: 5, describe: 'seconds to wait for etcd before using the leases the daemon reports' }),
         async (a) => {
           code = await traceCommand({

@@ -7,6 +7,7 @@ import { DaemonMetrics } from '../daemon/metrics.js';
 import { cniServerStatus } from '../daemon/status.js';
 import { RulesManager } from '../ipmasq/manager.js';
 import type { PolicyEnforcer } from '../policy/enforcer.js';
+import { answerPolicyQuery } from '../policy/explain.js';
 import type { SubnetManager } from '../subnet/manager.js';
 import { AbortedError } from '../util/backoff.js';
 import { createLogger } from '../util/log.js';
@@ -85,7 +86,14 @@ async function main(argv: string[]): Promise<number> {
   // The CNI server: plugin requests forwarded by the native client, run in its plugin process. ADD
   // waits for readiness.
   const cniServer = flags.cniSocket
-    ? new CniServer({ socketPath: flags.cniSocket, logger: logger.child({ component: 'cni-server' }), metrics, isReady: ready })
+    ? new CniServer({
+        socketPath: flags.cniSocket,
+        logger: logger.child({ component: 'cni-server' }),
+        metrics,
+        isReady: ready,
+        // With --network-policy an ADD is answered once the pod's rules are in the table.
+        ...(policy ? { podHooks: policy } : {}),
+      })
     : null;
 
   const stop = new AbortController();
@@ -117,6 +125,7 @@ async function main(argv: string[]): Promise<number> {
         port: flags.healthzPort,
         isReady: ready,
         status: async (opts) => ({ ...(await daemon.status(opts)), cniServer: await cniServerStatus(cniServer?.state() ?? null, metrics) }),
+        ...(policy ? { policy: (q: URLSearchParams) => answerPolicyQuery(q, (src, dst, proto, port) => policy.explain(src, dst, proto, port)) } : {}),
         metrics,
         logger,
       });

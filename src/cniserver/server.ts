@@ -49,6 +49,7 @@ import {
 } from './frame.js';
 import { PluginRunError, type PluginExecutor } from './executor.js';
 import { PluginProcess } from './plugin-process.js';
+import { type CniPodHooks, podOfRequest, resultAddresses } from './pod-hooks.js';
 import { KeyedLock, Slots } from './sync.js';
 import {
   CNI_SERVER_PLUGINS,
@@ -95,6 +96,10 @@ export interface CniServerOptions {
   readonly takeoverRetryMs?: number;
   /** PATH given to the plugins (delegates run as programs need one). Default: weftd's own PATH. */
   readonly pluginPath?: string;
+  /** Told of each Kubernetes pod's ADD (awaited before the reply) and DEL (--network-policy). */
+  readonly podHooks?: CniPodHooks;
+  /** How long an ADD's reply waits for podHooks.podAdded before failing with code 11. Default 10 s. */
+  readonly podHookTimeoutMs?: number;
 }
 
 /** The socket path cannot be served (not a socket, directory unusable); the server stays off. */
@@ -449,6 +454,8 @@ export class CniServer {
       started = true;
       try {
         const out = await this.executor.run(plugin, env, req.stdin);
+        const hookError = nested || !this.opts.podHooks ? null : await this.runPodHooks(this.opts.podHooks, verb, req.env, out, waits);
+        if (hookError) return { reply: errorReply(hookError), result: 'error' };
         return { reply: statusReply(out.exitCode, out.stdout, out.stderr), result: out.exitCode === 0 ? 'ok' : 'error' };
       } catch (e) {
         if (!(e instanceof PluginRunError)) throw e;
@@ -481,6 +488,48 @@ export class CniServer {
     }
     if (started && (outcome.result === 'timeout' || outcome.result === 'error')) this.watchAbandoned(work, plugin, verb, containerId);
     return outcome;
+  }
+
+  /**
+   * A DEL tells the hooks the pod's addresses go; a successful ADD waits, bounded, until the hooks
+   * have put in place what depends on them. The error the ADD is answered with instead, or null.
+   */
+  private async runPodHooks(hooks: CniPodHooks, verb: string, reqEnv: Readonly<Record<string, string>>, out: { exitCode: number; stdout: string }, waits: AbortSignal): Promise<CniError | null> {
+    if (verb !== 'ADD' && verb !== 'DEL') return null;
+    let pod: { namespace: string; name: string } | null;
+    try {
+      pod = podOfRequest(reqEnv);
+    } catch (e) {
+      // The plugins accepted CNI_ARGS; a pod name that is not a Kubernetes name is no pod of ours.
+      return verb === 'ADD' && out.exitCode === 0 && e instanceof CniError ? e : null;
+    }
+    if (pod === null) return null;
+    if (verb === 'DEL') {
+      hooks.podDeleted(pod.namespace, pod.name, reqEnv.CNI_CONTAINERID ?? '');
+      return null;
+    }
+    if (out.exitCode !== 0) return null;
+    const what = `pod ${pod.namespace}/${pod.name}`;
+    const boundMs = this.opts.podHookTimeoutMs ?? 10_000;
+    const ctl = new AbortController();
+    const onAbort = () => ctl.abort();
+    waits.addEventListener('abort', onAbort, { once: true });
+    const timer = setTimeout(() => ctl.abort(), boundMs);
+    try {
+      const ips = resultAddresses(out.stdout);
+      const gaveUp = new Promise<never>((_resolve, reject) => ctl.signal.addEventListener('abort', () => reject(new AbortedError()), { once: true }));
+      await Promise.race([hooks.podAdded(pod.namespace, pod.name, reqEnv.CNI_CONTAINERID ?? '', ips, ctl.signal), gaveUp]);
+      return null;
+    } catch (e) {
+      if (e instanceof AbortedError && waits.aborted) throw e;
+      const why = e instanceof AbortedError ? `the pod is not known to the API server, or its rules were not written, within ${boundMs / 1000} s` : errorMessage(e);
+      this.opts.logger.warn('CNI ADD answered with an error: the pod\'s NetworkPolicy is not in place', { pod: what, error: why });
+      return new CniError(ErrorCode.TryAgainLater, `weftd: the NetworkPolicy of ${what} is not in place: ${why}`);
+    } finally {
+      clearTimeout(timer);
+      waits.removeEventListener('abort', onAbort);
+      ctl.abort();
+    }
   }
 
   /** Counts a request answered before its work settled until it does. */

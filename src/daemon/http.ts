@@ -18,6 +18,11 @@ export interface HealthServerOptions {
    * /status is 404 without it.
    */
   status?: (opts: StatusOptions) => Promise<StatusSnapshot>;
+  /**
+   * Serves /policy when given (--network-policy; loopback clients only: it tells which policies
+   * select which pods): the NetworkPolicy decision for the packet in the query, for `weft trace`.
+   */
+  policy?: (query: URLSearchParams) => { readonly status: number; readonly body: unknown };
   /** How long stop() lets in-flight requests finish before cutting connections. Flannel uses 3 s. */
   shutdownTimeoutMs?: number;
 }
@@ -119,7 +124,7 @@ export class HealthServer {
     const url = new URL(req.url ?? '/', 'http://localhost');
     const path = url.pathname;
     const head = req.method === 'HEAD';
-    const route = ROUTES.has(path) || path === '/status';
+    const route = ROUTES.has(path) || path === '/status' || path === '/policy';
     this.opts.logger.debug('health server request', { method: req.method, path });
     if (!route) {
       send(res, head, 404, TEXT, '404 page not found\n');
@@ -157,6 +162,19 @@ export class HealthServer {
         }
         const snapshot = await status({ peers });
         send(res, head, 200, JSON_TYPE, `${JSON.stringify(snapshot, null, 2)}\n`);
+        return;
+      }
+      case '/policy': {
+        if (!this.opts.policy) {
+          send(res, head, 404, TEXT, '404 page not found (weftd runs without --network-policy)\n');
+          return;
+        }
+        if (!isLoopbackClient(req.socket.remoteAddress)) {
+          send(res, head, 403, TEXT, '/policy is served to clients on this host (loopback) only\n');
+          return;
+        }
+        const answer = this.opts.policy(url.searchParams);
+        send(res, head, answer.status, JSON_TYPE, `${JSON.stringify(answer.body, null, 2)}\n`);
         return;
       }
     }

@@ -8,6 +8,7 @@ import type { Repairs } from '../backend/kernel/diff.js';
 import type { ConfigReloadResult } from '../ipmasq/agent-config.js';
 import type { RulesMode } from '../ipmasq/keeper.js';
 import type { RulesMetrics } from '../ipmasq/manager.js';
+import type { PodDeniedPackets, PolicyMetrics, PolicyPackets } from '../policy/counters.js';
 import type { LeaseEventType } from '../subnet/lease.js';
 import { REJECT_REASONS } from '../subnet/peer-gate.js';
 import type { AcquireHow as AnyAcquireHow } from '../subnet/manager.js';
@@ -29,7 +30,7 @@ export type RepairKind = 'added' | 'changed' | 'removed' | 'device';
 // A CNI request is tens of milliseconds; one waiting for readiness or timing out takes up to 60 s.
 const CNI_DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
-export class DaemonMetrics implements BackendMetrics, RulesMetrics, CniServerMetrics {
+export class DaemonMetrics implements BackendMetrics, RulesMetrics, CniServerMetrics, PolicyMetrics {
   readonly registry: Registry;
   /** Unix seconds at which our lease expires; 0 for a reservation (no expiry). */
   readonly leaseExpiry: Gauge;
@@ -71,6 +72,12 @@ export class DaemonMetrics implements BackendMetrics, RulesMetrics, CniServerMet
   readonly cniRequests: Counter<'plugin' | 'verb' | 'result'>;
   /** Seconds from a CNI server request's arrival to its reply. */
   readonly cniRequestDuration: Histogram<'plugin' | 'verb'>;
+  /** --network-policy: packets the table's rules counted (gauges: a rewritten pod chain starts at 0). */
+  readonly policyAllowedPackets: Gauge<'namespace' | 'policy' | 'direction'>;
+  readonly policyDeniedPackets: Gauge<'namespace' | 'pod' | 'direction'>;
+  readonly policyFailures: Counter;
+  readonly policyChecks: Counter;
+  readonly policyRepairs: Counter;
 
   constructor(opts: DaemonMetricsOptions = {}) {
     const registry = new Registry();
@@ -185,6 +192,22 @@ export class DaemonMetrics implements BackendMetrics, RulesMetrics, CniServerMet
       registers,
     });
 
+    this.policyAllowedPackets = new Gauge({
+      name: 'weft_network_policy_allowed_packets',
+      help: 'Packets allowed by a NetworkPolicy\'s rules at this node\'s pods (read from the rule counters on each resync; a pod chain rewritten after a change starts again at 0).',
+      labelNames: ['namespace', 'policy', 'direction'],
+      registers,
+    });
+    this.policyDeniedPackets = new Gauge({
+      name: 'weft_network_policy_denied_packets',
+      help: 'Packets dropped by the default deny of an isolated pod of this node (read from the rule counters on each resync).',
+      labelNames: ['namespace', 'pod', 'direction'],
+      registers,
+    });
+    this.policyFailures = new Counter({ name: 'weft_network_policy_failures_total', help: 'NetworkPolicy nftables transactions that failed (the table is then rewritten).', registers });
+    this.policyChecks = new Counter({ name: 'weft_network_policy_checks_total', help: 'NetworkPolicy resync passes run (each reads the table back and compares it).', registers });
+    this.policyRepairs = new Counter({ name: 'weft_network_policy_repairs_total', help: 'Resync passes that found the NetworkPolicy table differing and rewrote it.', registers });
+
     // Export every label value from the start, so rate() and alerts see 0 rather than a missing series.
     for (const type of ['added', 'removed'] satisfies LeaseEventType[]) {
       this.eventsReceived.inc({ type }, 0);
@@ -227,6 +250,25 @@ export class DaemonMetrics implements BackendMetrics, RulesMetrics, CniServerMet
 
   recordRuleRepair(mode: RulesMode): void {
     this.ruleRepairs.inc({ mode });
+  }
+
+  recordPolicyPackets(allowed: readonly PolicyPackets[], denied: readonly PodDeniedPackets[]): void {
+    this.policyAllowedPackets.reset();
+    this.policyDeniedPackets.reset();
+    for (const a of allowed) this.policyAllowedPackets.set({ namespace: a.namespace, policy: a.policy, direction: a.direction }, a.packets);
+    for (const d of denied) this.policyDeniedPackets.set({ namespace: d.namespace, pod: d.pod, direction: d.direction }, d.packets);
+  }
+
+  recordPolicyCheck(): void {
+    this.policyChecks.inc();
+  }
+
+  recordPolicyFailure(): void {
+    this.policyFailures.inc();
+  }
+
+  recordPolicyRepair(): void {
+    this.policyRepairs.inc();
   }
 
   recordRuleCheck(): void {

@@ -46,7 +46,7 @@ import {
   setOf,
 } from './engine-state.js';
 import { carve, intervalsContain, mergeIntervals } from './ipblock.js';
-import { type Direction, type LocalPodPolicy, peerPortKey, type PolicyDelta, type PolicySnapshot, type RuleInfo, type SetContent } from './model.js';
+import { type Direction, type LocalPodPolicy, peerPortKey, type PolicyDelta, type PolicySnapshot, type RuleInfo, ruleSetId, type SetContent } from './model.js';
 import { type Namespace, type NetworkPolicy, type Pod, podActive, type PolicyRule } from './objects.js';
 import { type Protocol, resolveNamed, resolvePorts } from './ports.js';
 import { indexableRequirements, type Labels, matches } from './selector.js';
@@ -69,6 +69,13 @@ export class PolicyEngine {
   private readonly namedWide = new Map<string, Set<RuleState>>();
   private readonly ipIndex = new Map<string, Set<PodState>>();
   private readonly lastViews = new Map<string, string>();
+  /**
+   * Addresses this node's CNI ADD gave a local pod (setLocalAddresses), ahead of the API: they
+   * stand for the pod's own until the pod is deleted, so its rules exist before its first packet.
+   */
+  private readonly localAddresses = new Map<string, { readonly sandbox: string; readonly ips: readonly IPAddr[] }>();
+  /** The pods as the API last gave them (before localAddresses), to re-apply on a change of those. */
+  private readonly apiPods = new Map<string, Pod>();
 
   constructor(readonly nodeName: string) {}
 
@@ -102,9 +109,12 @@ export class PolicyEngine {
 
   // ---- pods ----
 
-  upsertPod(pod: Pod): PolicyDelta {
+  upsertPod(apiPod: Pod): PolicyDelta {
     const d = new DeltaBuilder();
-    const key = podKey(pod.namespace, pod.name);
+    const key = podKey(apiPod.namespace, apiPod.name);
+    this.apiPods.set(key, apiPod);
+    const local = this.localAddresses.get(key);
+    const pod = local !== undefined && apiPod.nodeName === this.nodeName ? { ...apiPod, ips: local.ips } : apiPod;
     let ps = this.pods.get(key);
     const candidates = new Set<RuleState>();
     if (ps) {
@@ -133,9 +143,44 @@ export class PolicyEngine {
     return finishDelta(d, this.pods, this.lastViews);
   }
 
+  /**
+   * The addresses a CNI ADD of sandbox (container ID) `sandbox` on this node gave pod
+   * namespace/name. They are the pod's from now on, whatever the API's status says, until the pod
+   * is deleted from the API; a pod the API has not shown yet gets them when it arrives.
+   */
+  setLocalAddresses(namespace: string, name: string, sandbox: string, ips: readonly IPAddr[]): PolicyDelta {
+    const key = podKey(namespace, name);
+    this.localAddresses.set(key, { sandbox, ips });
+    const pod = this.apiPods.get(key);
+    return pod ? this.upsertPod(pod) : finishDelta(new DeltaBuilder(), this.pods, this.lastViews);
+  }
+
+  /**
+   * A CNI DEL of sandbox `sandbox`: the pod has no addresses here any more — unless the addresses
+   * came from another sandbox (a later ADD of the pod, or a repeated DEL of an old one), which keep.
+   */
+  releaseLocalAddresses(namespace: string, name: string, sandbox: string): PolicyDelta {
+    const key = podKey(namespace, name);
+    if (this.localAddresses.get(key)?.sandbox !== sandbox) return finishDelta(new DeltaBuilder(), this.pods, this.lastViews);
+    return this.setLocalAddresses(namespace, name, sandbox, []);
+  }
+
+  /** The node the API schedules pod namespace/name to (null: none yet); undefined for a pod it has not shown. */
+  podNode(namespace: string, name: string): string | null | undefined {
+    const pod = this.apiPods.get(podKey(namespace, name));
+    return pod === undefined ? undefined : pod.nodeName;
+  }
+
+  /** Whether the API has shown pod namespace/name. */
+  hasPod(namespace: string, name: string): boolean {
+    return this.pods.has(podKey(namespace, name));
+  }
+
   deletePod(namespace: string, name: string): PolicyDelta {
     const d = new DeltaBuilder();
     const key = podKey(namespace, name);
+    this.apiPods.delete(key);
+    this.localAddresses.delete(key);
     const ps = this.pods.get(key);
     if (ps) {
       this.unindexPod(ps);
@@ -467,7 +512,7 @@ export class PolicyEngine {
     const named = direction === 'egress' ? (rule.ports ?? []).flatMap((p) => (p.kind === 'named' ? [{ name: p.name, protocol: p.protocol }] : [])) : [];
     const hasNamed = (rule.ports ?? []).some((p) => p.kind === 'named');
     const peers: RuleInfo['peers'] =
-      rule.peers === null ? 'any' : { pods: podPeers.length ? `${id}_pods` : null, cidrs: rule.peers.some((p) => p.kind === 'ipBlock') ? `${id}_cidrs` : null };
+      rule.peers === null ? 'any' : { pods: podPeers.length ? ruleSetId(id, 'pods') : null, cidrs: rule.peers.some((p) => p.kind === 'ipBlock') ? ruleSetId(id, 'cidrs') : null };
     let ports: RuleInfo['ports'];
     if (rule.ports === null) ports = 'any';
     else if (direction === 'ingress' && hasNamed) ports = null;
@@ -479,7 +524,7 @@ export class PolicyEngine {
       index,
       peers,
       ports,
-      namedPeerPorts: named.length ? `${id}_ports` : null,
+      namedPeerPorts: named.length ? ruleSetId(id, 'ports') : null,
     };
     const r: RuleState = {
       id,

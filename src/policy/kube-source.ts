@@ -279,7 +279,8 @@ export class KubePolicySource {
     }
   }
 
-  private flush(): void {
+  /** Hands the deltas gathered so far to onDeltas now (also done on the next tick by itself). */
+  flush(): void {
     this.flushScheduled = false;
     if (this.pending.length === 0) return;
     const batch = this.pending;

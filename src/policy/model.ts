@@ -29,6 +29,11 @@ export type SetContent =
   | { readonly kind: 'intervals'; readonly intervals: readonly IPInterval[] }
   | { readonly kind: 'peerPorts'; readonly elements: ReadonlyMap<string, PeerPort> };
 
+/** The id of a rule's set of one kind: the rule's id and the kind (`r…_pods`, `r…_cidrs`, `r…_ports`). */
+export const ruleSetId = (ruleId: string, kind: 'pods' | 'cidrs' | 'ports'): string => `${ruleId}_${kind}`;
+/** The rule a set id belongs to. */
+export const ruleOfSetId = (setId: string): string => setId.slice(0, setId.lastIndexOf('_'));
+
 /** 'any': every address. Otherwise an address is a peer when it is in either set. */
 export type RulePeers = 'any' | { readonly pods: string | null; readonly cidrs: string | null };
 

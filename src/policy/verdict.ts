@@ -11,9 +11,10 @@ export type Verdict = { readonly allowed: true; readonly by: string } | { readon
 
 /**
  * Decides traffic at one pod in one direction. `peer` is the other end's address: the source for
- * ingress, the destination for egress; `port` is the destination port.
+ * ingress, the destination for egress; `port` is the destination port. `protocol` null: a packet
+ * without ports NetworkPolicy can name (ICMP), which only a rule without `ports` allows.
  */
-export function decide(state: Pick<PolicySnapshot, 'sets' | 'rules'>, dir: DirectionPolicy, peer: string, protocol: Protocol, port: number): Verdict {
+export function decide(state: Pick<PolicySnapshot, 'sets' | 'rules'>, dir: DirectionPolicy, peer: string, protocol: Protocol | null, port: number): Verdict {
   if (!dir.isolated) return { allowed: true, by: 'unrestricted' };
   const ip = IPAddr.tryParse(peer);
   if (!ip) return { allowed: false, by: 'default-deny' };
@@ -21,9 +22,9 @@ export function decide(state: Pick<PolicySnapshot, 'sets' | 'rules'>, dir: Direc
   for (const ref of dir.rules) {
     const rule = state.rules.get(ref.rule);
     if (!rule) continue;
-    const portOK = ref.ports === 'any' || portsContain(ref.ports, protocol, port);
+    const portOK = ref.ports === 'any' || (protocol !== null && portsContain(ref.ports, protocol, port));
     if (portOK && peerMatches(state, rule.peers, ip, text)) return { allowed: true, by: rule.id };
-    if (rule.namedPeerPorts) {
+    if (rule.namedPeerPorts && protocol !== null) {
       const set = state.sets.get(rule.namedPeerPorts);
       if (set?.kind === 'peerPorts' && set.elements.has(peerPortKey({ ip: text, protocol, port }))) return { allowed: true, by: rule.id };
     }

@@ -67,6 +67,19 @@ export function cniBinDir(): Promise<string> {
   return built;
 }
 
+/** A flannel network config against a weftd's subnet.env, its state and host-local's under `dir`. */
+export function flannelNetConf(network: string, subnetFile: string, dir: string, extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({
+    cniVersion: '1.0.0',
+    name: network,
+    type: 'flannel',
+    subnetFile,
+    dataDir: join(dir, 'flannel'),
+    ...extra,
+    ipam: { dataDir: join(dir, 'ipam') },
+  });
+}
+
 export interface RunCniOptions {
   /** Full path of the plugin executable. */
   readonly bin: string;

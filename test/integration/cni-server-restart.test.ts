@@ -15,6 +15,7 @@ import { execProgram, type ExecResult } from '../../src/util/exec.js';
 import { hostLocalReservations } from '../helpers/cni-client.js';
 import { Cluster, type Host } from '../helpers/cluster.js';
 import { addNetns, delNetns, ipn, nsPrefix } from '../helpers/netns.js';
+import { flannelNetConf } from '../helpers/cni.js';
 import { waitFor } from '../helpers/wait.js';
 
 const NETWORK = 'wtcr';
@@ -32,15 +33,7 @@ describe('CNI calls while weftd is killed or restarted (integration, namespaces)
   const prefix = nsPrefix('crp');
   const pods: string[] = [];
 
-  const conf = () =>
-    JSON.stringify({
-      cniVersion: '1.0.0',
-      name: NETWORK,
-      type: 'flannel',
-      subnetFile: h.subnetFile,
-      dataDir: join(tmp, 'flannel'),
-      ipam: { dataDir: join(tmp, 'ipam') },
-    });
+  const conf = () => flannelNetConf(NETWORK, h.subnetFile, tmp);
 
   /** The native client as a runtime runs it: in the host namespace, only PATH and CNI_* (plus the socket). */
   function flannel(command: string, i: number): Promise<ExecResult> {

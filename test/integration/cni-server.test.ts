@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
 import type { StatusSnapshot } from '../../src/daemon/status.js';
-import { cniBinDir } from '../helpers/cni.js';
+import { cniBinDir, flannelNetConf } from '../helpers/cni.js';
 import { cniCall, hostLocalReservations, rawCall, replyError } from '../helpers/cni-client.js';
 import { Cluster, type Host } from '../helpers/cluster.js';
 import { addNetns, delNetns, ipn, nsPrefix, sh } from '../helpers/netns.js';
@@ -43,16 +43,7 @@ describe('weftd CNI server (integration, namespaces)', function () {
     return name;
   }
 
-  const conf = () =>
-    JSON.stringify({
-      cniVersion: '1.0.0',
-      name: NETWORK,
-      type: 'flannel',
-      subnetFile: h.subnetFile,
-      dataDir: join(tmp, 'flannel'),
-      delegate: { isDefaultGateway: true },
-      ipam: { dataDir: join(tmp, 'ipam') },
-    });
+  const conf = () => flannelNetConf(NETWORK, h.subnetFile, tmp, { delegate: { isDefaultGateway: true } });
 
   function env(command: string, containerId: string, netns?: string): Record<string, string> {
     return {

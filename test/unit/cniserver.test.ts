@@ -183,6 +183,42 @@ describe('CNI server (fake plugins, unix socket in a temp dir)', function () {
     assert.equal(await count('not_ready'), 1);
   });
 
+  it('tells the pod hooks of a pod\'s ADD (replying once they are done, code 11 past the bound) and DEL', async () => {
+    const seen: string[] = [];
+    let release = () => {};
+    const s = await start({
+      podHookTimeoutMs: 300,
+      podHooks: {
+        podAdded: (ns, name, sandbox, ips) => {
+          seen.push(`add ${ns}/${name} ${sandbox} ${ips.join(',')}`);
+          return name === 'slow' ? new Promise<void>((r) => (release = r)) : Promise.resolve();
+        },
+        podDeleted: (ns, name, sandbox) => void seen.push(`del ${ns}/${name} ${sandbox}`),
+      },
+    });
+    const pod = (command: string, name: string) => ({ ...env(command, name), CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=x;K8S_POD_NAME=${name}` });
+    const ok = await call(s, pod('ADD', 'p1'));
+    assert.ok('status' in ok && ok.status === 0, JSON.stringify(ok));
+    // The reply waits for the hook: still unanswered while it is pending, answered when it resolves.
+    let answered = false;
+    const pending = call(s, { ...pod('ADD', 'slow'), CNI_ARGS: 'K8S_POD_NAMESPACE=x;K8S_POD_NAME=slow' }).finally(() => (answered = true));
+    await waitFor(() => seen.includes('add x/slow slow 10.0.0.2'), { what: 'the hook to be called' });
+    assert.equal(answered, false);
+    release();
+    const r = await pending;
+    assert.ok('status' in r && r.status === 0, JSON.stringify(r));
+    // A hook that does not finish within the bound: code 11, naming the pod.
+    const s2 = await start({ socketPath: join(dir, 'run2', 'cni.sock'), podHookTimeoutMs: 200, podHooks: { podAdded: () => new Promise(() => {}), podDeleted: () => {} } });
+    const late = replyError(await call(s2, pod('ADD', 'p2')));
+    assert.equal(late.code, 11);
+    assert.match(late.msg, /NetworkPolicy of pod x\/p2 is not in place/);
+    // DEL tells the hook; requests without a pod in CNI_ARGS never reach it.
+    const del = await call(s, pod('DEL', 'p1'));
+    assert.ok('status' in del && del.status === 0, JSON.stringify(del));
+    await call(s, env('ADD', 'no-pod'));
+    assert.deepEqual(seen, ['add x/p1 p1 10.0.0.2', 'add x/slow slow 10.0.0.2', 'del x/p1 p1']);
+  });
+
   it('an exception thrown from a request\'s own async work fails that request only', async () => {
     const plugin = fakePlugin(spans, {
       add: (req) =>

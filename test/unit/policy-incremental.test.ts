@@ -15,7 +15,7 @@ import { type Namespace, type NetworkPolicy, type Pod, parseNamespace, parseNetw
 import { type Protocol, resolveNamed } from '../../src/policy/ports.js';
 import { matches } from '../../src/policy/selector.js';
 import { decide } from '../../src/policy/verdict.js';
-import type { IPAddr } from '../../src/util/ip.js';
+import { IPAddr } from '../../src/util/ip.js';
 import { prng } from '../helpers/prng.js';
 import { plainSnapshot } from '../helpers/policy-snapshot.js';
 
@@ -283,6 +283,39 @@ describe('policy engine: incremental deltas (seeded property)', function () {
     assert.deepEqual(d.setChanges[0]!.remove, ['10.0.0.1']);
     assert.deepEqual(d.pods.map((p) => [p.key, p.policy?.ingress.isolated]), [['x/a', false]]);
     assert.deepEqual(e.podsWithIP('10.0.0.1'), ['x/a']);
+  });
+
+  it('takes a local pod\'s addresses from its CNI ADD ahead of the API, keeps them over the API\'s, and forgets them with the pod', () => {
+    const e = new PolicyEngine(NODE);
+    const pod = (name: string, ip: string | null, node = NODE) =>
+      parsePod({ metadata: { namespace: 'x', name, labels: { app: 'a' } }, spec: { nodeName: node }, status: { phase: ip ? 'Running' : 'Pending', ...(ip ? { podIPs: [{ ip }] } : {}) } });
+    const addr = (ip: string) => IPAddr.parse(ip);
+    e.upsertPolicy(parseNetworkPolicy({ metadata: { namespace: 'x', name: 'p' }, spec: { podSelector: { matchLabels: { app: 'a' } }, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'a' } } }] }] } }));
+    // Addresses for a pod the API has not shown yet wait for it.
+    assert.deepEqual(e.setLocalAddresses('x', 'early', 's0', [addr('10.0.0.9')]).pods, []);
+    assert.deepEqual(e.upsertPod(pod('early', null)).pods.map((p) => [p.key, p.policy?.ips]), [['x/early', ['10.0.0.9']]]);
+    // The API's pod without an address: selected, isolated, but in no map until the ADD says.
+    e.upsertPod(pod('a', null));
+    assert.deepEqual(e.snapshot().pods.get('x/a')?.ips, []);
+    const added = e.setLocalAddresses('x', 'a', 's1', [addr('10.0.0.1')]);
+    assert.deepEqual(added.pods.map((p) => [p.key, p.policy?.ips, p.policy?.ingress.isolated]), [['x/a', ['10.0.0.1'], true]]);
+    assert.deepEqual(e.podsWithIP('10.0.0.1'), ['x/a']);
+    // The API's status agreeing (or lagging with another address) changes nothing.
+    assert.deepEqual(e.upsertPod(pod('a', '10.0.0.1')).pods, []);
+    assert.deepEqual(e.upsertPod(pod('a', '10.0.0.7')).pods, []);
+    // A DEL of another sandbox (an old one's, repeated) changes nothing; the ADD's own sandbox's
+    // DEL leaves no addresses, whatever the API still says.
+    assert.deepEqual(e.releaseLocalAddresses('x', 'a', 's0').pods, []);
+    assert.deepEqual(e.podsWithIP('10.0.0.1'), ['x/a']);
+    assert.deepEqual(e.releaseLocalAddresses('x', 'a', 's1').pods.map((p) => [p.key, p.policy?.ips]), [['x/a', []]]);
+    assert.deepEqual(e.podsWithIP('10.0.0.1'), []);
+    // Deleted from the API: forgotten; the pod coming back takes the API's address again.
+    e.deletePod('x', 'a');
+    assert.deepEqual(e.upsertPod(pod('a', '10.0.0.7')).pods.map((p) => [p.key, p.policy?.ips]), [['x/a', ['10.0.0.7']]]);
+    // Another node's pod never takes this node's CNI addresses.
+    e.setLocalAddresses('x', 'far', 's2', [addr('10.0.0.5')]);
+    e.upsertPod(pod('far', '10.1.0.5', 'n2'));
+    assert.deepEqual(e.podsWithIP('10.0.0.5'), []);
   });
 });
 

@@ -52,9 +52,13 @@ describe('policy nft rendering', () => {
       `add map ${T} egress_v4 { type ipv4_addr : verdict ; }`,
       `add map ${T} egress_v6 { type ipv6_addr : verdict ; }`,
       `add chain ${T} ${B}`,
-      `add rule ${T} ${B} ip saddr @${SET}_v4 tcp dport { 80, 8080-8090 } counter return comment "r2d27d8f36fc2ec182e44 948ac6f3044c"`,
+      // A port range is a match of its own: an anonymous set with ranges is an interval set,
+      // which nft 1.0 reads back before every element command (render.ts, createSet).
+      `add rule ${T} ${B} ip saddr @${SET}_v4 tcp dport 80 counter return comment "r2d27d8f36fc2ec182e44 2a6ac9c3dc29"`,
+      `add rule ${T} ${B} ip saddr @${SET}_v4 tcp dport 8080-8090 counter return comment "r2d27d8f36fc2ec182e44 6398661c265b"`,
       `add rule ${T} ${B} ip saddr @${SET}_v4 meta l4proto udp counter return comment "r2d27d8f36fc2ec182e44 3be45bc43009"`,
-      `add rule ${T} ${B} ip6 saddr @${SET}_v6 tcp dport { 80, 8080-8090 } counter return comment "r2d27d8f36fc2ec182e44 1289b1ee2cfe"`,
+      `add rule ${T} ${B} ip6 saddr @${SET}_v6 tcp dport 80 counter return comment "r2d27d8f36fc2ec182e44 a874e6ee1029"`,
+      `add rule ${T} ${B} ip6 saddr @${SET}_v6 tcp dport 8080-8090 counter return comment "r2d27d8f36fc2ec182e44 755a494e5b3b"`,
       `add rule ${T} ${B} ip6 saddr @${SET}_v6 meta l4proto udp counter return comment "r2d27d8f36fc2ec182e44 273e8535b9ec"`,
       `add rule ${T} ${B} counter drop comment "default-deny 31e1ec47c048"`,
       `add element ${T} ingress_v4 { 10.88.0.3 : jump ${B} }`,
@@ -92,6 +96,56 @@ describe('policy nft rendering', () => {
     applyDelta(state, d2);
     // An event that changes nothing enforced renders nothing.
     assert.equal(renderDelta(state, e.upsertPod(pod('x', 'a', '10.88.0.2', 'a'))), null);
+  });
+
+  it('writes ipBlocks into the rules as ranges (no interval sets), and only the families asked for', () => {
+    const e2 = new PolicyEngine('n1');
+    e2.upsertNamespace(parseNamespace({ metadata: { name: 'x', labels: {} } }));
+    e2.upsertPod(pod('x', 'a', '10.88.0.2', 'a'));
+    e2.upsertPolicy(
+      parseNetworkPolicy({
+        metadata: { namespace: 'x', name: 'cidr' },
+        spec: {
+          podSelector: { matchLabels: { app: 'a' } },
+          policyTypes: ['Egress'],
+          egress: [{ to: [{ ipBlock: { cidr: '10.0.0.0/8', except: ['10.88.0.0/16'] } }, { ipBlock: { cidr: '192.168.1.0/24' } }, { ipBlock: { cidr: 'fd00::/64' } }] }],
+        },
+      }),
+    );
+    const text = renderFull(e2.snapshot(), { families: [4] }).script;
+    const A = podChainName('x/a', 'egress');
+    assert.deepEqual(
+      text.split('\n').filter((l) => l.startsWith(`add rule ${T} ${A} `)),
+      [
+        `add rule ${T} ${A} ip daddr 10.0.0.0-10.87.255.255 counter return comment "r4c97db0c9126046e3204 36f0092b684b"`,
+        `add rule ${T} ${A} ip daddr 10.89.0.0-10.255.255.255 counter return comment "r4c97db0c9126046e3204 5c8c3faf6dc4"`,
+        `add rule ${T} ${A} ip daddr 192.168.1.0-192.168.1.255 counter return comment "r4c97db0c9126046e3204 e813db802b4e"`,
+        `add rule ${T} ${A} counter drop comment "default-deny 31e1ec47c048"`,
+      ],
+    );
+    assert.doesNotMatch(text, /flags interval|_cidrs_|ip6|_v6/);
+    // Deleting the policy deletes the chain and no set: the ipBlock had none.
+    const prev = copy(e2.snapshot());
+    assert.equal(renderDelta(prev, e2.deletePolicy('x', 'cidr'), { families: [4] }), [`delete element ${T} egress_v4 { 10.88.0.2 }`, `delete chain ${T} ${A}`, ''].join('\n'));
+  });
+
+  it('declares no set for the pods of an egress rule whose ports are all named (its peerPorts set matches)', () => {
+    const e2 = new PolicyEngine('n1');
+    e2.upsertNamespace(parseNamespace({ metadata: { name: 'x', labels: {} } }));
+    e2.upsertPod(pod('x', 'a', '10.88.0.2', 'a'));
+    e2.upsertPod(pod('x', 'b', '10.88.0.3', 'b'));
+    e2.upsertPolicy(parseNetworkPolicy({ metadata: { namespace: 'x', name: 'named' }, spec: { podSelector: { matchLabels: { app: 'a' } }, policyTypes: ['Egress'], egress: [{ to: [{ podSelector: { matchLabels: { app: 'b' } } }], ports: [{ port: 'http' }] }] } }));
+    const opts = { families: [4] as const };
+    const full = renderFull(e2.snapshot(), opts).script;
+    assert.match(full, /add set inet weft_policy r[0-9a-f]+_ports_v4 \{ type ipv4_addr \. inet_proto \. inet_service ; \}/);
+    assert.doesNotMatch(full, /_pods_v4/);
+    // A new peer pod changes the peerPorts set only; its deletion removes the rule's one set.
+    const prev = copy(e2.snapshot());
+    const d = e2.upsertPod(pod('x', 'b2', '10.88.0.5', 'b'));
+    assert.match(renderDelta(prev, d, opts) ?? '', /^add element inet weft_policy r[0-9a-f]+_ports_v4 \{ 10\.88\.0\.5 \. tcp \. 80 \}\n$/);
+    applyDelta(prev, d);
+    const gone = renderDelta(prev, e2.deletePolicy('x', 'named'), opts) ?? '';
+    assert.deepEqual(gone.split('\n').filter((l) => l.startsWith('delete set')).map((l) => l.replace(/r[0-9a-f]+/, 'R')), [`delete set ${T} R_ports_v4`]);
   });
 
   it('never puts API strings into the text, even ones the parser would refuse', () => {

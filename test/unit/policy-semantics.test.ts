@@ -12,6 +12,7 @@ import { applyDelta, emptySnapshot, type MutableSnapshot, type PolicyDelta } fro
 import { parseNamespace, parseNetworkPolicy, parsePod } from '../../src/policy/objects.js';
 import type { Protocol } from '../../src/policy/ports.js';
 import { decide } from '../../src/policy/verdict.js';
+import { np, Reach, type Sel } from '../helpers/netpol-reach.js';
 
 const NAMESPACES = ['x', 'y', 'z'] as const;
 const PODS = ['a', 'b', 'c'] as const;
@@ -131,39 +132,6 @@ class World {
   }
 }
 
-interface Peer {
-  ns?: string;
-  pod?: string;
-}
-
-/** The suite's Reachability: everything allowed, then exceptions, applied in order. */
-class Reach {
-  readonly m = new Map<string, boolean>();
-  constructor(readonly pods: readonly string[], initial = true) {
-    for (const a of pods) for (const b of pods) this.m.set(`${a}>${b}`, initial);
-  }
-  private static is(key: string, p: Peer): boolean {
-    const [ns, pod] = key.split('/');
-    return (p.ns === undefined || p.ns === ns) && (p.pod === undefined || p.pod === pod);
-  }
-  expectPeer(from: Peer, to: Peer, v: boolean): this {
-    for (const a of this.pods) for (const b of this.pods) if (Reach.is(a, from) && Reach.is(b, to)) this.m.set(`${a}>${b}`, v);
-    return this;
-  }
-  expect(from: string, to: string, v: boolean): this {
-    this.m.set(`${from}>${to}`, v);
-    return this;
-  }
-  expectAllIngress(to: string, v: boolean): this {
-    for (const a of this.pods) this.m.set(`${a}>${to}`, v);
-    return this;
-  }
-  expectAllEgress(from: string, v: boolean): this {
-    for (const b of this.pods) this.m.set(`${from}>${b}`, v);
-    return this;
-  }
-}
-
 /** Compares every non-loopback pair; the failure message lists each wrong cell. */
 function validate(w: World, protocol: Protocol, port: number, r: Reach, families: readonly Family[] = [4, 6]): void {
   const wrong: string[] = [];
@@ -176,31 +144,6 @@ function validate(w: World, protocol: Protocol, port: number, r: Reach, families
     }
   }
   assert.deepEqual(wrong, []);
-}
-
-// ---- the suite's policy builders, as raw API objects ----
-
-type Sel = { matchLabels?: Record<string, string>; matchExpressions?: Array<{ key: string; operator: string; values?: string[] }> };
-type RawPeer = { podSelector?: Sel; namespaceSelector?: Sel; ipBlock?: { cidr: string; except?: string[] } };
-type RawPort = { protocol?: Protocol; port?: number | string; endPort?: number };
-interface RawRule {
-  peers?: RawPeer[];
-  ports?: RawPort[];
-}
-
-function np(ns: string, name: string, podSelector: Sel, opts: { ingress?: RawRule[]; egress?: RawRule[]; types?: string[] }): unknown {
-  const types = opts.types ?? [...(opts.ingress ? ['Ingress'] : []), ...(opts.egress ? ['Egress'] : [])];
-  return {
-    apiVersion: 'networking.k8s.io/v1',
-    kind: 'NetworkPolicy',
-    metadata: { namespace: ns, name },
-    spec: {
-      podSelector,
-      policyTypes: types,
-      ...(opts.ingress ? { ingress: opts.ingress.map((r) => ({ from: r.peers, ports: r.ports })) } : {}),
-      ...(opts.egress ? { egress: opts.egress.map((r) => ({ to: r.peers, ports: r.ports })) } : {}),
-    },
-  };
 }
 
 const ALL = (w: World) => [...w.pods.keys()];

@@ -102,6 +102,7 @@ function facts(over: Partial<TraceFacts> = {}): TraceFacts {
     rules: { mode: 'iptables', modeSource: 'daemon', iptablesNat: natSave(), iptablesFilter: filterSave(), nft: null, forwardRules: true, errors: [] },
     ipForward: true,
     ovs: null,
+    policy: null,
     notes: [],
     ...over,
   };
@@ -530,6 +531,41 @@ describe('trace analysis: ip-masq-agent mode (WEFT_IPMASQ=agent)', () => {
 });
 
 describe('trace: arguments and text output', () => {
+  it('names the NetworkPolicy that allows the packet at each end on this node, or the default deny that drops it', () => {
+    const analyzed = (f: TraceFacts) => {
+      const r = analyze(f);
+      checkSchema(r);
+      return r;
+    };
+    const allowed = analyzed(
+      facts({
+        packet: parsePacket('10.5.1.2', '10.5.2.3', 'tcp', 80),
+        policy: {
+          programmed: true,
+          decisions: [
+            { direction: 'ingress', pod: 'y/b', allowed: true, by: { namespace: 'y', policy: 'allow-web', rule: 1 } },
+            { direction: 'egress', pod: 'x/a', allowed: true, by: 'unrestricted' },
+          ],
+        },
+      }),
+    );
+    assert.equal(allowed.verdict, 'ok');
+    const hops = allowed.hops.filter((h) => h.kind === 'policy');
+    assert.deepEqual(
+      hops.map((h) => [h.status, h.summary]),
+      [
+        ['ok', 'egress at pod x/a: not isolated (no NetworkPolicy selects it for egress), allowed'],
+        ['ok', 'ingress at pod y/b: allowed by NetworkPolicy y/allow-web (ingress[1])'],
+      ],
+    );
+    assert.deepEqual(hops[1]!.evidence, { direction: 'ingress', pod: 'y/b', allowed: true, policy: 'y/allow-web', rule: 1, reason: 'rule', programmed: true });
+    const denied = analyzed(facts({ packet: parsePacket('10.5.1.2', '10.5.2.3', 'tcp', null), policy: { programmed: true, decisions: [{ direction: 'egress', pod: 'x/a', allowed: false, by: 'default-deny' }] } }));
+    assert.equal(denied.verdict, 'broken');
+    assert.deepEqual(denied.problems, [
+      'policy: egress at pod x/a: dropped by the default deny (NetworkPolicies select it for egress and none of their rules allows this packet); no --dport given: only rules without ports were considered',
+    ]);
+  });
+
   it('refuses bad packets with a clear message', () => {
     assert.throws(() => parsePacket('10.5.1.2', 'fd00::1', 'icmp', null), (e: unknown) => e instanceof TraceArgumentError && e.message === 'source 10.5.1.2 and destination fd00::1 are of different address families');
     assert.throws(() => parsePacket('10.5.1.2', '10.5.2.3', 'icmp', 80), { message: '--dport needs --proto tcp or udp' });

@@ -118,6 +118,7 @@ function facts(k: Case): TraceFacts {
     bridge: LINKS[3]!,
     rules: { mode: 'iptables', modeSource: 'daemon', iptablesNat: natSave(), iptablesFilter: filterSave(), nft: null, forwardRules: true, errors: [] },
     ipForward: true,
+    policy: null,
     ovs: {
       bridge: 'br-int',
       runDir: '/var/run/openvswitch',

@@ -2,7 +2,8 @@
 // matching route and whose lease it serves, the VXLAN neighbour and FDB entries (or the host-gw next
 // hop), the ovs backend's bridge as ofproto/trace walks it (tables, spoof guard, output), MTUs, and
 // the masquerade (flannel's chain or ip-masq-agent mode's) and forward decisions on weft's rule
-// model cross-checked against the live rules. Pure: facts in, report out.
+// model cross-checked against the live rules, and (--network-policy) which NetworkPolicy allows
+// or drops it. Pure: facts in, report out.
 //
 // This module walks the path and gives the verdict; the hops live in route-hops.ts (the kernel's
 // route, neighbour, FDB, next hop, MTU), ovs-hops.ts (the ovs bridge) and rule-hops.ts
@@ -10,6 +11,7 @@
 import { TUNNEL_PORT_NAME } from '../../backend/ovs/bridge.js';
 import { Context, publicOf, type Classified } from './context.js';
 import { ovsPath } from './ovs-hops.js';
+import { policyHops } from './policy-hops.js';
 import { plainEgressHops, routeHop, vxlanHops } from './route-hops.js';
 import { addRuleHops } from './rule-hops.js';
 import { TRACE_KIND, TRACE_VERSION, type Hop, type TraceFacts, type TraceReport } from './types.js';
@@ -88,6 +90,7 @@ function sourceHop(c: Context, hops: Hop[], src: Classified, judgeForwarding: bo
 
 function finish(c: Context, hops: Hop[]): TraceReport {
   const f = c.f;
+  policyHops(f.policy, f.packet, hops);
   const broken = hops.filter((h) => h.status === 'broken');
   const verdict = broken.length > 0 ? 'broken' : hops.some((h) => h.status === 'unsupported') ? 'incomplete' : 'ok';
   const pub = c.ownLease ? publicOf(c.ownLease, c.family) : null;

@@ -22,6 +22,7 @@ import { CommandError, runCommand } from '../../util/exec.js';
 import { IPAddr, IPNet, type Family } from '../../util/ip.js';
 import { createLogger } from '../../util/log.js';
 import { fetchStatus } from '../status.js';
+import { fetchPolicy } from './policy-hops.js';
 import { ovsEntry, planOvsTrace } from './ovs.js';
 import type { ConfigFacts, LeaseSource, OvsFacts, OvsTraceFacts, Packet, RouteLookup, RuleFacts, SubnetEnvFacts, TraceFacts } from './types.js';
 
@@ -311,7 +312,7 @@ export async function collectFacts(opts: CollectOptions): Promise<TraceFacts> {
     notes.push(`cannot read ${opts.subnetFile}: ${errnoCode(e) ?? errorMessage(e)}`);
   }
 
-  const [status, etcd] = await Promise.all([
+  const [status, etcd, policy] = await Promise.all([
     opts.endpoint
       ? fetchStatus(opts.endpoint, { peers: true, timeoutMs: 2000 }).catch((e: unknown) => {
           notes.push(`daemon status: ${errorMessage(e)}`);
@@ -324,6 +325,7 @@ export async function collectFacts(opts: CollectOptions): Promise<TraceFacts> {
           return null;
         })
       : Promise.resolve(null),
+    opts.endpoint ? fetchPolicy(opts.endpoint, packet, notes) : Promise.resolve(null),
   ]);
 
   let leases: Lease[] = [];
@@ -447,6 +449,7 @@ export async function collectFacts(opts: CollectOptions): Promise<TraceFacts> {
       rules,
       ipForward: await readForwarding(family),
       ovs,
+      policy,
       notes,
     };
   } finally {

@@ -3,6 +3,7 @@
 import type { RulesMode } from '../../ipmasq/keeper.js';
 import type { FdbEntry, LinkInfo, NeighEntry } from '../../netlink/index.js';
 import type { Lease } from '../../subnet/lease.js';
+import type { PolicyAnswer } from '../../policy/explain.js';
 import type { IPAddr, IPNet } from '../../util/ip.js';
 
 export type Proto = 'tcp' | 'udp' | 'icmp';
@@ -150,6 +151,8 @@ export interface TraceFacts {
   readonly ipForward: boolean | null;
   /** The ovs backend's bridge and the trace through it; null on other backends. */
   readonly ovs: OvsFacts | null;
+  /** weftd's NetworkPolicy decisions for the packet (its /policy); null without --network-policy or without an answer. */
+  readonly policy: PolicyAnswer | null;
   /** Things the collector could not read, said once each. */
   readonly notes: readonly string[];
 }
@@ -334,6 +337,21 @@ export interface OvsOutputEvidence {
   readonly tunnelNotes: readonly string[];
 }
 
+export interface PolicyEvidence {
+  readonly direction: 'ingress' | 'egress';
+  /** "namespace/name" of this node's pod the direction applies to. */
+  readonly pod: string;
+  readonly allowed: boolean;
+  /** "namespace/name" of the allowing policy; null when unrestricted or denied. */
+  readonly policy: string | null;
+  /** The allowing rule's index in the policy's ingress/egress list; null likewise. */
+  readonly rule: number | null;
+  /** Why: the policy's rule, 'unrestricted' (no policy selects the pod for this direction) or 'default-deny'. */
+  readonly reason: 'rule' | 'unrestricted' | 'default-deny';
+  /** weftd has programmed its whole rule set (before, nothing is enforced yet). */
+  readonly programmed: boolean;
+}
+
 export interface BackendEvidence {
   readonly type: string;
   readonly supported: boolean;
@@ -360,7 +378,8 @@ export type Hop =
   | HopOf<'pipeline', PipelineEvidence>
   | HopOf<'spoofguard', SpoofGuardEvidence>
   | HopOf<'ovs-output', OvsOutputEvidence>
-  | HopOf<'backend', BackendEvidence>;
+  | HopOf<'backend', BackendEvidence>
+  | HopOf<'policy', PolicyEvidence>;
 
 export type HopKind = Hop['kind'];
 

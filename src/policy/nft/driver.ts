@@ -31,9 +31,21 @@ export class PolicyNftDriver {
 
   /** One delta, one transaction (none when the kernel has nothing to change). */
   async apply(delta: PolicyDelta): Promise<void> {
-    const script = renderDelta(this.state, delta, this.opts);
-    if (script !== null) await this.write(script);
-    applyDelta(this.state, delta);
+    await this.applyAll([delta]);
+  }
+
+  /**
+   * Consecutive deltas, one transaction: each is rendered against the state the ones before it
+   * leave. On failure the state is ahead of the kernel: the caller rewrites the table whole.
+   */
+  async applyAll(deltas: readonly PolicyDelta[]): Promise<void> {
+    const scripts: string[] = [];
+    for (const d of deltas) {
+      const script = renderDelta(this.state, d, this.opts);
+      if (script !== null) scripts.push(script);
+      applyDelta(this.state, d);
+    }
+    if (scripts.length > 0) await this.write(scripts.join(''));
   }
 
   /** What differs between the table and the desired state; [] when they agree. */
@@ -43,9 +55,20 @@ export class PolicyNftDriver {
     try {
       json = await this.run(['-j', 'list', 'table', TABLE_FAMILY, TABLE_NAME]);
     } catch (e) {
+      this.lastListing = null;
       return [`table ${TABLE_FAMILY} ${TABLE_NAME} cannot be listed: ${errorMessage(e)}`];
     }
-    return compareTable(desired, parseTable(json));
+    const listed = parseTable(json);
+    this.lastListing = listed;
+    return compareTable(desired, listed);
+  }
+
+  /** The table as the last check() read it (its counters feed the metrics); null before one. */
+  lastListing: ListedPolicyTable | null = null;
+
+  /** What is programmed (the engine's output as applied so far). */
+  get programmed(): PolicySnapshot {
+    return this.state;
   }
 
   /** Checks and, when anything differs, rewrites the table whole; returns what was wrong. */
@@ -80,12 +103,14 @@ export interface ListedPolicyTable {
   readonly chains: Map<string, { type?: string; hook?: string; prio?: number; policy?: string }>;
   /** chain → rule comments in order ('' for a rule without one). */
   readonly rules: Map<string, string[]>;
+  /** chain → the packets each rule's counter shows, in the same order (0 without a counter). */
+  readonly packets: Map<string, number[]>;
 }
 
 export function parseTable(json: string): ListedPolicyTable {
   const doc = JSON.parse(json) as { nftables?: unknown };
   if (!Array.isArray(doc.nftables)) throw new Error('nft -j output has no "nftables" array');
-  const t: ListedPolicyTable = { sets: new Map(), maps: new Map(), chains: new Map(), rules: new Map() };
+  const t: ListedPolicyTable = { sets: new Map(), maps: new Map(), chains: new Map(), rules: new Map(), packets: new Map() };
   for (const item of doc.nftables as Record<string, Record<string, unknown>>[]) {
     if (item['set']) {
       const s = item['set'];
@@ -100,9 +125,22 @@ export function parseTable(json: string): ListedPolicyTable {
       const list = t.rules.get(chain) ?? [];
       list.push(typeof r['comment'] === 'string' ? r['comment'] : '');
       t.rules.set(chain, list);
+      const counts = t.packets.get(chain) ?? [];
+      counts.push(counterPackets(r['expr']));
+      t.packets.set(chain, counts);
     }
   }
   return t;
+}
+
+/** The packets of a rule's first counter statement (nft -j: `{"counter": {"packets": n, "bytes": m}}`). */
+function counterPackets(expr: unknown): number {
+  if (!Array.isArray(expr)) return 0;
+  for (const e of expr as unknown[]) {
+    const c = (e as { counter?: { packets?: unknown } } | null)?.counter;
+    if (c && typeof c.packets === 'number') return c.packets;
+  }
+  return 0;
 }
 
 /** An element as nft -j prints it → the key render.ts uses (address, "first-last", "ip proto port"). */

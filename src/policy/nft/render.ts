@@ -5,7 +5,7 @@
 import { IPAddr } from '../../util/ip.js';
 import { nft, nftComment, nftJoin, nftName, nftScript, type NftPart, type NftScript } from '../../render/nft.js';
 import { intervalText } from '../ipblock.js';
-import type { Direction, DirectionPolicy, LocalPodPolicy, MutableSnapshot, PeerPort, PolicyDelta, PolicySnapshot, RuleInfo, SetContent } from '../model.js';
+import { type Direction, type DirectionPolicy, type LocalPodPolicy, type MutableSnapshot, type PeerPort, type PolicyDelta, type PolicySnapshot, type RuleInfo, ruleOfSetId, type SetContent } from '../model.js';
 import type { PortRange, Protocol } from '../ports.js';
 import {
   BASE_CHAINS,
@@ -26,7 +26,17 @@ import {
 export interface RenderOptions {
   /** Log default-deny drops, rate limited (5/s per pod chain). */
   readonly logDrops?: boolean;
+  /**
+   * The address families the cluster uses (its network config): sets, maps and rules exist only
+   * for these, so a single-stack node carries half the objects. Default: both.
+   */
+  readonly families?: readonly Fam[];
 }
+
+const familiesOf = (opts: RenderOptions): readonly Fam[] => opts.families ?? FAMILIES;
+
+/** An engine set's content by id (ipBlock intervals are rendered into the rules that use them). */
+type SetLookup = (id: string) => SetContent | undefined;
 
 export type SetKind = SetContent['kind'];
 
@@ -62,44 +72,52 @@ function commaList(items: readonly NftPart[]): NftPart {
   return nftJoin(items.map((p, i) => (i < items.length - 1 ? nft`${p},` : p)));
 }
 
-const familyOf = (ip: string): Fam => IPAddr.parse(ip).family;
+/**
+ * Addresses parsed once: a full render meets each pod address in many sets (hundreds of thousands
+ * of elements at 10 000 pods), and parsing was half its time. Bounded: cleared when it is large.
+ */
+const parsed = new Map<string, IPAddr>();
+function addr(ip: string): IPAddr {
+  let a = parsed.get(ip);
+  if (a === undefined) {
+    if (parsed.size >= 100_000) parsed.clear();
+    a = IPAddr.parse(ip);
+    parsed.set(ip, a);
+  }
+  return a;
+}
+
+const familyOf = (ip: string): Fam => addr(ip).family;
 
 // ---- sets ----
 
-function setDecl(kind: SetKind, fam: Fam): NftPart {
+function setDecl(kind: 'addresses' | 'peerPorts', fam: Fam): NftPart {
   const t = fam === 4 ? 'ipv4_addr' : 'ipv6_addr';
-  if (kind === 'intervals') return nft`{ type ${t} ; flags interval ; }`;
   if (kind === 'peerPorts') return nft`{ type ${t} . inet_proto . inet_service ; }`;
   return nft`{ type ${t} ; }`;
 }
 
-const peerPortElement = (p: PeerPort): NftPart => nft`${IPAddr.parse(p.ip)} . ${PROTO_WORD[p.protocol]} . ${p.port}`;
+const peerPortElement = (p: PeerPort): NftPart => nft`${addr(p.ip)} . ${PROTO_WORD[p.protocol]} . ${p.port}`;
 
 /** The key a set element is compared by: canonical address, "first-last" as integers, "ip proto port". */
-export const addressKey = (ip: string): string => IPAddr.parse(ip).toString();
+export const addressKey = (ip: string): string => addr(ip).toString();
 export const peerPortKeyOf = (p: PeerPort): string => `${addressKey(p.ip)} ${PROTO_WORD[p.protocol]} ${p.port}`;
 
 /** One family's elements of an engine set: what the command says and the compare keys. */
-function elementsOf(content: SetContent, fam: Fam): { parts: NftPart[]; keys: string[] } {
+function elementsOf(content: SetContent & { kind: 'addresses' | 'peerPorts' }, fam: Fam): { parts: NftPart[]; keys: string[] } {
   const parts: NftPart[] = [];
   const keys: string[] = [];
   if (content.kind === 'addresses') {
     for (const a of [...content.elements].sort()) {
       if (familyOf(a) !== fam) continue;
-      parts.push(nft`${IPAddr.parse(a)}`);
+      parts.push(nft`${addr(a)}`);
       keys.push(addressKey(a));
     }
-  } else if (content.kind === 'intervals') {
-    for (const iv of content.intervals) {
-      if (iv.family !== fam) continue;
-      parts.push(nft`${intervalText(iv)}`);
-      keys.push(`${iv.first}-${iv.last}`);
-    }
-  } else {
-    for (const p of [...content.elements.values()].sort((a, b) => peerPortKeyOf(a).localeCompare(peerPortKeyOf(b)))) {
-      if (familyOf(p.ip) !== fam) continue;
+  } else if (content.kind === 'peerPorts') {
+    const keyed = [...content.elements.values()].filter((p) => familyOf(p.ip) === fam).map((p) => [peerPortKeyOf(p), p] as const);
+    for (const [key, p] of keyed.sort((a, b) => a[0].localeCompare(b[0]))) {
       parts.push(peerPortElement(p));
-      keys.push(peerPortKeyOf(p));
+      keys.push(key);
     }
   }
   return { parts, keys };
@@ -112,12 +130,33 @@ function elementCommand(verb: 'add' | 'delete', set: string, parts: readonly Nft
     : [nft`delete element ${TABLE} ${nftName('set', set)} { ${commaList(parts)} }`];
 }
 
-function createSet(id: string, content: SetContent, out: NftPart[]): void {
-  for (const fam of FAMILIES) {
+/**
+ * Named sets hold pod addresses and named-port peers, which change as pods come and go. An
+ * ipBlock's intervals never change for the life of its rule, so they are written into the rule as
+ * ranges instead of an interval set: nft 1.0 reads back every interval set's elements before any
+ * element command, which made one map edit cost ~1 s at 2 000 ipBlock sets (BENCHMARKS.md). Nor
+ * is there a set no rule line refers to: the pods of an egress rule whose ports are all named
+ * (its packets are matched by (address, protocol, port) in its peerPorts set).
+ */
+function rendered(id: string, content: SetContent, rules: ReadonlyMap<string, RuleInfo>): content is SetContent & { kind: 'addresses' | 'peerPorts' } {
+  if (content.kind === 'intervals') return false;
+  if (content.kind === 'peerPorts') return true;
+  const rule = rules.get(ruleOfSetId(id));
+  const namedOnly = rule !== undefined && rule.direction === 'egress' && Array.isArray(rule.ports) && rule.ports.length === 0;
+  return !(namedOnly && rule.peers !== 'any' && rule.peers.pods === id);
+}
+
+/** Declares the set (each family) with its elements; returns each family's element keys. */
+function createSet(id: string, content: SetContent & { kind: 'addresses' | 'peerPorts' }, out: NftPart[], opts: RenderOptions): Map<Fam, string[]> {
+  const keys = new Map<Fam, string[]>();
+  for (const fam of familiesOf(opts)) {
     const name = setName(id, fam);
+    const els = elementsOf(content, fam);
     out.push(nft`add set ${TABLE} ${nftName('set', name)} ${setDecl(content.kind, fam)}`);
-    out.push(...elementCommand('add', name, elementsOf(content, fam).parts));
+    out.push(...elementCommand('add', name, els.parts));
+    keys.set(fam, els.keys);
   }
+  return keys;
 }
 
 // ---- pod chains ----
@@ -133,30 +172,37 @@ function portMatches(ports: 'any' | readonly PortRange[]): NftPart[] {
       out.push(nft`meta l4proto ${w}`);
       continue;
     }
-    const items = list.map((p) => (p.first === p.last ? nft`${p.first}` : nft`${`${p.first}-${p.last}`}`));
-    out.push(nft`${w} dport { ${commaList(items)} }`);
+    // Single ports in one anonymous set; each range a match of its own (a set with ranges would
+    // be an interval set, see createSet).
+    const singles = list.filter((p) => p.first === p.last).map((p) => nft`${p.first}`);
+    if (singles.length === 1) out.push(nft`${w} dport ${singles[0]!}`);
+    else if (singles.length > 1) out.push(nft`${w} dport { ${commaList(singles)} }`);
+    for (const p of list) if (p.first !== p.last) out.push(nft`${w} dport ${`${p.first}-${p.last}`}`);
   }
   return out;
 }
 
 /** The rules one rule reference puts in a pod's chain of direction `dir`. */
-function refLines(rule: RuleInfo, ports: 'any' | readonly PortRange[], dir: Direction): RuleLine[] {
+function refLines(rule: RuleInfo, ports: 'any' | readonly PortRange[], dir: Direction, sets: SetLookup, opts: RenderOptions): RuleLine[] {
   const out: RuleLine[] = [];
   const pm = portMatches(ports);
   const allow = (match: NftPart) => line(rule.id, nftJoin([match, nft`counter return`]));
   if (rule.peers === 'any') {
     for (const p of pm) out.push(allow(p));
   } else {
-    for (const fam of FAMILIES) {
-      for (const set of [rule.peers.pods, rule.peers.cidrs]) {
-        if (set === null) continue;
-        const peer = nft`${ipProto(fam)} ${peerAddrField(dir)} @${nftName('set', setName(set, fam))}`;
-        for (const p of pm) out.push(allow(nftJoin([peer, p])));
-      }
+    const cidrs = rule.peers.cidrs === null ? null : sets(rule.peers.cidrs);
+    if (cidrs !== undefined && cidrs !== null && cidrs.kind !== 'intervals') throw new Error(`rule ${rule.id}: set ${rule.peers.cidrs} is not an ipBlock`);
+    if (cidrs === undefined) throw new Error(`rule ${rule.id} refers to set ${rule.peers.cidrs!}, which is not in the state`);
+    for (const fam of familiesOf(opts)) {
+      const peerField = nft`${ipProto(fam)} ${peerAddrField(dir)}`;
+      const peers: NftPart[] = [];
+      if (rule.peers.pods !== null) peers.push(nft`${peerField} @${nftName('set', setName(rule.peers.pods, fam))}`);
+      for (const iv of cidrs?.intervals ?? []) if (iv.family === fam) peers.push(nft`${peerField} ${intervalText(iv)}`);
+      for (const peer of peers) for (const p of pm) out.push(allow(nftJoin([peer, p])));
     }
   }
   if (dir === 'egress' && rule.namedPeerPorts !== null) {
-    for (const fam of FAMILIES) {
+    for (const fam of familiesOf(opts)) {
       out.push(allow(nft`${ipProto(fam)} daddr . meta l4proto . th dport @${nftName('set', setName(rule.namedPeerPorts, fam))}`));
     }
   }
@@ -164,12 +210,12 @@ function refLines(rule: RuleInfo, ports: 'any' | readonly PortRange[], dir: Dire
 }
 
 /** A pod's chain for one isolated direction: one line per allowing (rule, family, peer set, protocol), then drop. */
-export function podChainLines(rules: ReadonlyMap<string, RuleInfo>, dir: DirectionPolicy & { isolated: true }, direction: Direction, opts: RenderOptions): RuleLine[] {
+export function podChainLines(rules: ReadonlyMap<string, RuleInfo>, sets: SetLookup, dir: DirectionPolicy & { isolated: true }, direction: Direction, opts: RenderOptions): RuleLine[] {
   const out: RuleLine[] = [];
   for (const ref of dir.rules) {
     const rule = rules.get(ref.rule);
     if (!rule) throw new Error(`pod refers to rule ${ref.rule}, which is not in the state`);
-    out.push(...refLines(rule, ref.ports, direction));
+    out.push(...refLines(rule, ref.ports, direction, sets, opts));
   }
   if (opts.logDrops) out.push(line('log', nft`limit rate 5/second burst 10 packets log prefix ${nftComment('log prefix', 'weft-policy drop: ')}`));
   out.push(line('default-deny', nft`counter drop`));
@@ -177,17 +223,17 @@ export function podChainLines(rules: ReadonlyMap<string, RuleInfo>, dir: Directi
 }
 
 function mapElement(ip: string, chain: string): NftPart {
-  return nft`${IPAddr.parse(ip)} : jump ${nftName('chain', chain)}`;
+  return nft`${addr(ip)} : jump ${nftName('chain', chain)}`;
 }
 
 // ---- base chains ----
 
-function baseLines(): Map<string, RuleLine[]> {
+function baseLines(opts: RenderOptions): Map<string, RuleLine[]> {
   const out = new Map<string, RuleLine[]>();
   for (const b of BASE_CHAINS) {
     const lines: RuleLine[] = [line('ct', nft`ct state established,related accept`), line('ct', nft`ct state invalid drop`)];
     for (const dir of b.directions) {
-      for (const fam of FAMILIES) {
+      for (const fam of familiesOf(opts)) {
         lines.push(line('dispatch', nft`${ipProto(fam)} ${podAddrField(dir)} vmap @${nftName('map', mapName(dir, fam))}`));
       }
     }
@@ -213,12 +259,12 @@ export function renderFull(snap: PolicySnapshot, opts: RenderOptions = {}, repla
   out.push(table);
   for (const id of [...snap.sets.keys()].sort()) {
     const content = snap.sets.get(id)!;
-    createSet(id, content, out);
-    for (const fam of FAMILIES) desired.sets.set(setName(id, fam), { kind: content.kind, fam, keys: new Set(elementsOf(content, fam).keys) });
+    if (!rendered(id, content, snap.rules)) continue;
+    for (const [fam, keys] of createSet(id, content, out, opts)) desired.sets.set(setName(id, fam), { kind: content.kind, fam, keys: new Set(keys) });
   }
   const mapEls = new Map<string, NftPart[]>();
   for (const dir of ['ingress', 'egress'] as const) {
-    for (const fam of FAMILIES) {
+    for (const fam of familiesOf(opts)) {
       const m = mapName(dir, fam);
       out.push(nft`add map ${TABLE} ${nftName('map', m)} { type ${fam === 4 ? 'ipv4_addr' : 'ipv6_addr'} : verdict ; }`);
       desired.maps.set(m, new Map());
@@ -231,11 +277,12 @@ export function renderFull(snap: PolicySnapshot, opts: RenderOptions = {}, repla
       const dp = pod[dir];
       if (!dp.isolated) continue;
       const chain = podChainName(key, dir);
-      const lines = podChainLines(snap.rules, dp, dir, opts);
+      const lines = podChainLines(snap.rules, (id) => snap.sets.get(id), dp, dir, opts);
       out.push(nft`add chain ${TABLE} ${nftName('chain', chain)}`);
       for (const l of lines) out.push(addRule(chain, l));
       desired.chains.set(chain, lines.map((l) => l.comment));
       for (const ip of pod.ips) {
+        if (!familiesOf(opts).includes(familyOf(ip))) continue;
         const m = mapName(dir, familyOf(ip));
         mapEls.get(m)!.push(mapElement(ip, chain));
         desired.maps.get(m)!.set(addressKey(ip), chain);
@@ -243,7 +290,7 @@ export function renderFull(snap: PolicySnapshot, opts: RenderOptions = {}, repla
     }
   }
   for (const [m, els] of mapEls) out.push(...elementCommand('add', m, els));
-  for (const [name, lines] of baseLines()) {
+  for (const [name, lines] of baseLines(opts)) {
     const hook = BASE_CHAINS.find((b) => b.name === name)!.hook;
     out.push(nft`add chain ${TABLE} ${nftName('chain', name)} { type filter hook ${hook} priority ${PRIORITY} ; policy accept ; }`);
     for (const l of lines) out.push(addRule(name, l));
@@ -266,22 +313,27 @@ export function renderDeleteTable(): NftScript {
  */
 export function renderDelta(prev: MutableSnapshot | PolicySnapshot, delta: PolicyDelta, opts: RenderOptions = {}): NftScript | null {
   const out: NftPart[] = [];
-  for (const c of delta.setsCreated) createSet(c.id, c.content, out);
+  const oldRules = prev.rules;
+  const newRules = new Map(prev.rules);
+  for (const r of delta.rulesAdded) newRules.set(r.id, r);
+  for (const c of delta.setsCreated) if (rendered(c.id, c.content, newRules)) createSet(c.id, c.content, out, opts);
   for (const ch of delta.setChanges) {
-    for (const fam of FAMILIES) {
+    if (ch.kind === 'addresses' && !rendered(ch.id, { kind: 'addresses', elements: new Set() }, newRules)) continue;
+    for (const fam of familiesOf(opts)) {
       const name = setName(ch.id, fam);
       if (ch.kind === 'addresses') {
-        out.push(...elementCommand('delete', name, ch.remove.filter((a) => familyOf(a) === fam).map((a) => nft`${IPAddr.parse(a)}`)));
-        out.push(...elementCommand('add', name, ch.add.filter((a) => familyOf(a) === fam).map((a) => nft`${IPAddr.parse(a)}`)));
+        out.push(...elementCommand('delete', name, ch.remove.filter((a) => familyOf(a) === fam).map((a) => nft`${addr(a)}`)));
+        out.push(...elementCommand('add', name, ch.add.filter((a) => familyOf(a) === fam).map((a) => nft`${addr(a)}`)));
       } else {
         out.push(...elementCommand('delete', name, ch.remove.filter((p) => familyOf(p.ip) === fam).map(peerPortElement)));
         out.push(...elementCommand('add', name, ch.add.filter((p) => familyOf(p.ip) === fam).map(peerPortElement)));
       }
     }
   }
-  const oldRules = prev.rules;
-  const newRules = new Map(prev.rules);
-  for (const r of delta.rulesAdded) newRules.set(r.id, r);
+  const oldSets: SetLookup = (id) => prev.sets.get(id);
+  const created = new Map(delta.setsCreated.map((c) => [c.id, c.content]));
+  const newSets: SetLookup = (id) => created.get(id) ?? prev.sets.get(id);
+  const inFamilies = (ip: string) => familiesOf(opts).includes(familyOf(ip));
 
   const mapDel = new Map<string, NftPart[]>();
   const mapAdd = new Map<string, NftPart[]>();
@@ -298,11 +350,11 @@ export function renderDelta(prev: MutableSnapshot | PolicySnapshot, delta: Polic
       const chain = podChainName(key, dir);
       const o = old?.[dir];
       const n = policy?.[dir];
-      const oldLines = o?.isolated ? podChainLines(oldRules, o, dir, opts) : null;
-      const newLines = n?.isolated ? podChainLines(newRules, n, dir, opts) : null;
-      const oldIPs = new Set(oldLines ? old!.ips.map(addressKey) : []);
-      const newIPs = new Set(newLines ? policy!.ips.map(addressKey) : []);
-      for (const ip of oldIPs) if (!newIPs.has(ip)) push(mapDel, mapName(dir, familyOf(ip)), nft`${IPAddr.parse(ip)}`);
+      const oldLines = o?.isolated ? podChainLines(oldRules, oldSets, o, dir, opts) : null;
+      const newLines = n?.isolated ? podChainLines(newRules, newSets, n, dir, opts) : null;
+      const oldIPs = new Set(oldLines ? old!.ips.filter(inFamilies).map(addressKey) : []);
+      const newIPs = new Set(newLines ? policy!.ips.filter(inFamilies).map(addressKey) : []);
+      for (const ip of oldIPs) if (!newIPs.has(ip)) push(mapDel, mapName(dir, familyOf(ip)), nft`${addr(ip)}`);
       if (newLines) {
         const same = oldLines !== null && oldLines.length === newLines.length && oldLines.every((l, i) => l.comment === newLines[i]!.comment);
         if (!same) {
@@ -319,6 +371,10 @@ export function renderDelta(prev: MutableSnapshot | PolicySnapshot, delta: Polic
   out.push(...chainCmds);
   for (const [m, els] of mapAdd) out.push(...elementCommand('add', m, els));
   out.push(...chainDels);
-  for (const id of delta.setsDeleted) for (const fam of FAMILIES) out.push(nft`delete set ${TABLE} ${nftName('set', setName(id, fam))}`);
+  for (const id of delta.setsDeleted) {
+    const content = prev.sets.get(id);
+    if (content === undefined || !rendered(id, content, oldRules)) continue;
+    for (const fam of familiesOf(opts)) out.push(nft`delete set ${TABLE} ${nftName('set', setName(id, fam))}`);
+  }
   return out.length ? nftScript(out) : null;
 }

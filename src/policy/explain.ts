@@ -1,0 +1,55 @@
+// Which NetworkPolicy decides one packet at this node (`weft trace`): egress at the source pod and
+// ingress at the destination pod, for those of them that run here, read from what is programmed.
+import { IPAddr } from '../util/ip.js';
+import type { Direction, PolicySnapshot } from './model.js';
+import type { Protocol } from './ports.js';
+import { decide } from './verdict.js';
+
+export interface PolicyDecision {
+  readonly direction: Direction;
+  /** "namespace/name" of the pod of this node the direction applies to. */
+  readonly pod: string;
+  readonly allowed: boolean;
+  /** The allowing rule's policy, or why there is none. */
+  readonly by: { readonly namespace: string; readonly policy: string; readonly rule: number } | 'unrestricted' | 'default-deny';
+}
+
+/** `protocol` null: ICMP and other packets without ports; `port` is ignored then. */
+export function explainPacket(state: Pick<PolicySnapshot, 'pods' | 'sets' | 'rules'>, src: IPAddr, dst: IPAddr, protocol: Protocol | null, port: number): PolicyDecision[] {
+  const out: PolicyDecision[] = [];
+  const at = (ip: IPAddr) => [...state.pods].filter(([, p]) => p.ips.some((a) => IPAddr.tryParse(a)?.equals(ip)));
+  for (const [direction, self, peer] of [['egress', src, dst], ['ingress', dst, src]] as const) {
+    for (const [key, pod] of at(self)) {
+      const v = decide(state, pod[direction], peer.toString(), protocol, port);
+      const rule = state.rules.get(v.by);
+      out.push({
+        direction,
+        pod: key,
+        allowed: v.allowed,
+        by: rule ? { namespace: rule.policy.namespace, policy: rule.policy.name, rule: rule.index } : v.by === 'unrestricted' ? 'unrestricted' : 'default-deny',
+      });
+    }
+  }
+  return out;
+}
+
+/** What /policy answers: the decisions for the packet of the query, or 400 naming the bad parameter. */
+export interface PolicyAnswer {
+  /** The whole rule set has been programmed once (before, nothing is enforced yet). */
+  readonly programmed: boolean;
+  readonly decisions: readonly PolicyDecision[];
+}
+
+const QUERY_PROTOCOLS: Readonly<Record<string, Protocol | null>> = { tcp: 'TCP', udp: 'UDP', sctp: 'SCTP', icmp: null };
+
+/** /policy?src=&dst=&proto=tcp|udp|sctp|icmp&dport=: parses the query and asks `explain`. */
+export function answerPolicyQuery(query: URLSearchParams, explain: (src: IPAddr, dst: IPAddr, protocol: Protocol | null, port: number) => PolicyAnswer): { status: number; body: unknown } {
+  const src = IPAddr.tryParse(query.get('src') ?? '');
+  const dst = IPAddr.tryParse(query.get('dst') ?? '');
+  const proto = query.get('proto') ?? 'tcp';
+  const dport = Number(query.get('dport') ?? '0');
+  if (!src || !dst) return { status: 400, body: { error: 'src and dst must be IP addresses' } };
+  if (!(proto in QUERY_PROTOCOLS)) return { status: 400, body: { error: `proto must be one of ${Object.keys(QUERY_PROTOCOLS).join(', ')}` } };
+  if (!Number.isInteger(dport) || dport < 0 || dport > 65535) return { status: 400, body: { error: 'dport must be 0..65535' } };
+  return { status: 200, body: explain(src, dst, QUERY_PROTOCOLS[proto]!, dport) };
+}

@@ -1,0 +1,196 @@
+// Pods for the NetworkPolicy matrix (test/integration/netpol-matrix.test.ts): more than one pod per
+// node on the node's cni0 bridge, each with a long-lived agent in its network namespace
+// (netpol-probe-agent.ts) that serves TCP and UDP on the suite's ports and probes other pods on
+// request; and the matrix probe itself (every pod → every other pod, every protocol/port, at once).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+import type { Host } from './cluster.js';
+import { addNetns, delNetns, ipn } from './netns.js';
+import { portKey, type Observed, type ProbePort } from './netpol-reach.js';
+import { WaitAbort, waitFor } from './wait.js';
+
+const AGENT = fileURLToPath(new URL('./netpol-probe-agent.ts', import.meta.url));
+const REPO = fileURLToPath(new URL('../..', import.meta.url));
+
+const live = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const p of live) p.kill('SIGKILL');
+});
+
+/** `a.b.c.d` + n (within the last octets; the leases here are /24s). */
+function addToV4(ip: string, n: number): string {
+  const v = ip.split('.').reduce((acc, o) => acc * 256 + Number(o), 0) + n;
+  return [24, 16, 8, 0].map((s) => Math.floor(v / 2 ** s) % 256).join('.');
+}
+
+/**
+ * Attaches pods to a node's cni0, as the bridge CNI plugin would: the first pod through
+ * `Host.attachPod()` (which makes cni0 with the lease's gateway and the pod in `host.podNs`), every
+ * further one as a veth from cni0 into a namespace of its own, with the next free address of the
+ * lease (from subnet.env) and a default route via the cni0 gateway. `destroy()` deletes the
+ * namespaces it made (their veths go with them); `host.podNs` belongs to the cluster.
+ */
+export class PodAttacher {
+  private readonly count = new Map<Host, number>();
+  private readonly made: string[] = [];
+
+  async attach(host: Host, nsName: string): Promise<{ netns: string; ip: string }> {
+    const n = this.count.get(host) ?? 0;
+    this.count.set(host, n + 1);
+    if (n === 0) {
+      await host.attachPod();
+      if (!host.podIP) throw new Error(`no FLANNEL_SUBNET for ${host.ns}`);
+      return { netns: host.podNs, ip: host.podIP };
+    }
+    const env = host.subnetEnv();
+    if (!env.FLANNEL_SUBNET) throw new Error(`no FLANNEL_SUBNET for ${host.ns}`);
+    const mtu = env.FLANNEL_MTU ?? '1450';
+    const [gw, len] = env.FLANNEL_SUBNET.split('/') as [string, string];
+    // attachPod took gw+1; pod n (0-based) takes gw+1+n.
+    const ip = addToV4(gw, n + 1);
+    const netns = await addNetns(nsName);
+    this.made.push(netns);
+    const veth = `vp${n}`;
+    await ipn(host.ns, 'link', 'add', veth, 'mtu', mtu, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', netns);
+    await ipn(host.ns, 'link', 'set', veth, 'master', 'cni0', 'up');
+    await ipn(netns, 'link', 'set', 'eth0', 'mtu', mtu, 'up');
+    await ipn(netns, 'addr', 'add', `${ip}/${len}`, 'dev', 'eth0');
+    await ipn(netns, 'route', 'add', 'default', 'via', gw);
+    return { netns, ip };
+  }
+
+  async destroy(): Promise<void> {
+    for (const ns of this.made.splice(0)) await delNetns(ns);
+  }
+}
+
+export interface ProbeSpec {
+  readonly ip: string;
+  readonly port: number;
+  readonly protocol: 'TCP' | 'UDP';
+}
+
+export interface ProbeResult {
+  readonly ok: boolean;
+  readonly detail: string;
+}
+
+/** One pod's agent: servers on `ports` (TCP and UDP) and probes on request, over stdin/stdout. */
+export class ProbeAgent {
+  private buf = '';
+  private nextId = 1;
+  private readonly pending = new Map<number, { resolve: (r: ProbeResult[]) => void; reject: (e: Error) => void }>();
+  stderr = '';
+  private readyResolve: (() => void) | null = null;
+  private readonly readyP: Promise<void>;
+
+  private constructor(
+    readonly netns: string,
+    private readonly proc: ChildProcess,
+  ) {
+    live.add(proc);
+    this.readyP = new Promise((resolve) => (this.readyResolve = resolve));
+    proc.stdout!.on('data', (d: Buffer) => this.onData(d.toString()));
+    proc.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));
+    proc.stdin!.on('error', () => undefined);
+    proc.once('exit', (code, signal) => {
+      live.delete(proc);
+      for (const p of this.pending.values()) p.reject(new Error(`agent in ${netns} exited (${code ?? signal}): ${this.stderr.trim()}`));
+      this.pending.clear();
+    });
+  }
+
+  /** Starts the agent in `netns` and waits until its servers listen. */
+  static async start(netns: string, ports: readonly number[]): Promise<ProbeAgent> {
+    const proc = spawn('ip', ['netns', 'exec', netns, process.execPath, '--import', 'tsx', AGENT, ...ports.map(String)], {
+      cwd: REPO,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    const agent = new ProbeAgent(netns, proc);
+    let ready = false;
+    void agent.readyP.then(() => (ready = true));
+    await waitFor(
+      () => {
+        if (!agent.running) throw new WaitAbort(`agent in ${netns} exited: ${agent.stderr.trim()}`);
+        return ready;
+      },
+      { timeoutMs: 30_000, what: `the probe agent in ${netns}` },
+    ).catch(async (e: Error) => {
+      await agent.stop();
+      throw e;
+    });
+    return agent;
+  }
+
+  get running(): boolean {
+    return this.proc.exitCode === null && this.proc.signalCode === null;
+  }
+
+  private onData(text: string): void {
+    this.buf += text;
+    let nl: number;
+    while ((nl = this.buf.indexOf('\n')) >= 0) {
+      const line = this.buf.slice(0, nl);
+      this.buf = this.buf.slice(nl + 1);
+      if (!line.trim()) continue;
+      const msg = JSON.parse(line) as { ready?: boolean; id?: number; results?: ProbeResult[]; error?: string };
+      if (msg.ready) {
+        this.readyResolve?.();
+        continue;
+      }
+      const p = msg.id === undefined ? undefined : this.pending.get(msg.id);
+      if (!p) continue;
+      this.pending.delete(msg.id!);
+      if (msg.results) p.resolve(msg.results);
+      else p.reject(new Error(`agent in ${this.netns}: ${msg.error ?? 'no results'}`));
+    }
+  }
+
+  /** Runs the probes at once (each on a new socket); the results in the same order. */
+  probe(probes: readonly ProbeSpec[], timeoutMs: number): Promise<ProbeResult[]> {
+    if (!this.running) return Promise.reject(new Error(`agent in ${this.netns} is not running: ${this.stderr.trim()}`));
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.proc.stdin!.write(`${JSON.stringify({ id, timeoutMs, probes })}\n`);
+    });
+  }
+
+  /** Closes stdin (the agent exits), SIGKILL after 2 s. */
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    const exited = new Promise((resolve) => this.proc.once('exit', resolve));
+    this.proc.stdin!.end();
+    const timer = setTimeout(() => this.proc.kill('SIGKILL'), 2_000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+/** A pod of the matrix: "ns/name", where it runs, its address and its agent. */
+export interface MatrixPod {
+  readonly key: string;
+  readonly ip: string;
+  readonly agent: ProbeAgent;
+}
+
+/**
+ * One matrix probe: every pod → every other pod (self skipped), every protocol/port, all at once
+ * (each agent runs its probes concurrently, the agents in parallel). Returns what was seen, per
+ * `portKey`, per "from>to".
+ */
+export async function probeMatrix(pods: readonly MatrixPod[], ports: readonly ProbePort[], timeoutMs = 1_000): Promise<Observed> {
+  const seen = new Map<string, Map<string, ProbeResult>>(ports.map((p) => [portKey(p), new Map()]));
+  await Promise.all(
+    pods.map(async (from) => {
+      const cells = pods.filter((to) => to !== from).flatMap((to) => ports.map((p) => ({ to, p })));
+      const results = await from.agent.probe(
+        cells.map(({ to, p }) => ({ ip: to.ip, port: p.port, protocol: p.protocol })),
+        timeoutMs,
+      );
+      cells.forEach(({ to, p }, i) => seen.get(portKey(p))!.set(`${from.key}>${to.key}`, results[i]!));
+    }),
+  );
+  return seen;
+}
