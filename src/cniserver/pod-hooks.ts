@@ -2,24 +2,39 @@
 // --network-policy the pod's addresses go to the policy enforcer at ADD, and the ADD is answered
 // only once the pod's rules are in the table (as Antrea's cniserver waits for the pod's flows):
 // the API learns the pod's address only after the ADD returns, too late for its first packet.
+// Only the pod's own network (eth0) counts: a second attachment's addresses are not the pod's
+// cluster address and must not replace it.
 import { parseCniArgs } from '../../cni-plugins/skel/env.js';
 import { podIdentity } from '../../cni-plugins/lib/podargs.js';
+import { CniError, ErrorCode } from '../../cni-plugins/skel/types.js';
+import type { CniPod } from '../policy/engine.js';
 import { IPAddr } from '../util/ip.js';
 
 export interface CniPodHooks {
-  /**
-   * After a successful ADD of sandbox (container ID) `sandbox`; resolves when what depends on the
-   * pod's addresses is in place.
-   */
-  podAdded(namespace: string, name: string, sandbox: string, ips: readonly IPAddr[], signal: AbortSignal): Promise<void>;
-  /** After a DEL, whatever its result: the addresses sandbox `sandbox` gave the pod are going away. */
-  podDeleted(namespace: string, name: string, sandbox: string): void;
+  /** After a successful ADD of the pod's network; resolves when what depends on its addresses is in place. */
+  podAdded(pod: CniPod, ips: readonly IPAddr[], signal: AbortSignal): Promise<void>;
+  /** After a DEL of the pod's network, whatever its result: the addresses its sandbox had are going away. */
+  podDeleted(pod: CniPod): void;
 }
 
-/** The pod CNI_ARGS names; null when it names none (not a Kubernetes pod). Throws CniError on a bad name. */
-export function podOfRequest(env: Readonly<Record<string, string>>): { namespace: string; name: string } | null {
-  const id = podIdentity(parseCniArgs(env.CNI_ARGS ?? ''));
-  return id.podName !== undefined && id.podNamespace !== undefined ? { namespace: id.podNamespace, name: id.podName } : null;
+/** The interface the kubelet asks for a pod's own network (CNI_IFNAME); other attachments (Multus' net1, …) are not the pod's cluster address. */
+export const POD_NETWORK_IFNAME = 'eth0';
+
+const UID_RE = /^[0-9A-Za-z-]{1,64}$/;
+
+/**
+ * The pod a request is for: CNI_ARGS' namespace, name and UID (K8S_POD_UID, when the runtime
+ * gives it), and the sandbox (CNI_CONTAINERID). Null when it names no pod, or is not the pod's
+ * own network (CNI_IFNAME other than eth0). Throws CniError on a value that is not a Kubernetes name.
+ */
+export function podOfRequest(env: Readonly<Record<string, string>>): CniPod | null {
+  if ((env.CNI_IFNAME ?? '') !== POD_NETWORK_IFNAME) return null;
+  const args = parseCniArgs(env.CNI_ARGS ?? '');
+  const id = podIdentity(args);
+  if (id.podName === undefined || id.podNamespace === undefined) return null;
+  const uid = args.get('K8S_POD_UID') ?? '';
+  if (uid !== '' && !UID_RE.test(uid)) throw new CniError(ErrorCode.InvalidEnvironment, `invalid CNI_ARGS K8S_POD_UID ${JSON.stringify(uid)}`);
+  return { namespace: id.podNamespace, name: id.podName, uid: uid === '' ? null : uid, sandbox: env.CNI_CONTAINERID ?? '' };
 }
 
 /** The addresses of a CNI ADD result (`ips[].address`, "a/len"); a result without any gives []. */

@@ -49,6 +49,8 @@ import {
 } from './frame.js';
 import { PluginRunError, type PluginExecutor } from './executor.js';
 import { PluginProcess } from './plugin-process.js';
+import type { CniPod } from '../policy/engine.js';
+import type { IPAddr } from '../util/ip.js';
 import { type CniPodHooks, podOfRequest, resultAddresses } from './pod-hooks.js';
 import { KeyedLock, Slots } from './sync.js';
 import {
@@ -454,6 +456,8 @@ export class CniServer {
       started = true;
       try {
         const out = await this.executor.run(plugin, env, req.stdin);
+        // The plugin is done: its slot is free for others while the hooks wait.
+        releaseSlot();
         const hookError = nested || !this.opts.podHooks ? null : await this.runPodHooks(this.opts.podHooks, verb, req.env, out, waits);
         if (hookError) return { reply: errorReply(hookError), result: 'error' };
         return { reply: statusReply(out.exitCode, out.stdout, out.stderr), result: out.exitCode === 0 ? 'ok' : 'error' };
@@ -496,7 +500,7 @@ export class CniServer {
    */
   private async runPodHooks(hooks: CniPodHooks, verb: string, reqEnv: Readonly<Record<string, string>>, out: { exitCode: number; stdout: string }, waits: AbortSignal): Promise<CniError | null> {
     if (verb !== 'ADD' && verb !== 'DEL') return null;
-    let pod: { namespace: string; name: string } | null;
+    let pod: CniPod | null;
     try {
       pod = podOfRequest(reqEnv);
     } catch (e) {
@@ -505,24 +509,32 @@ export class CniServer {
     }
     if (pod === null) return null;
     if (verb === 'DEL') {
-      hooks.podDeleted(pod.namespace, pod.name, reqEnv.CNI_CONTAINERID ?? '');
+      hooks.podDeleted(pod);
       return null;
     }
     if (out.exitCode !== 0) return null;
     const what = `pod ${pod.namespace}/${pod.name}`;
+    let ips: IPAddr[];
+    try {
+      ips = resultAddresses(out.stdout);
+    } catch (e) {
+      return new CniError(ErrorCode.Internal, `weftd: the result of the ADD of ${what} cannot be read: ${errorMessage(e)}`);
+    }
     const boundMs = this.opts.podHookTimeoutMs ?? 10_000;
     const ctl = new AbortController();
     const onAbort = () => ctl.abort();
     waits.addEventListener('abort', onAbort, { once: true });
     const timer = setTimeout(() => ctl.abort(), boundMs);
     try {
-      const ips = resultAddresses(out.stdout);
       const gaveUp = new Promise<never>((_resolve, reject) => ctl.signal.addEventListener('abort', () => reject(new AbortedError()), { once: true }));
-      await Promise.race([hooks.podAdded(pod.namespace, pod.name, reqEnv.CNI_CONTAINERID ?? '', ips, ctl.signal), gaveUp]);
+      await Promise.race([hooks.podAdded(pod, ips, ctl.signal), gaveUp]);
       return null;
     } catch (e) {
-      if (e instanceof AbortedError && waits.aborted) throw e;
-      const why = e instanceof AbortedError ? `the pod is not known to the API server, or its rules were not written, within ${boundMs / 1000} s` : errorMessage(e);
+      const why = waits.aborted
+        ? 'weftd is stopping'
+        : e instanceof AbortedError
+          ? `the API server does not show the pod on this node, or its rules were not written, within ${boundMs / 1000} s`
+          : errorMessage(e);
       this.opts.logger.warn('CNI ADD answered with an error: the pod\'s NetworkPolicy is not in place', { pod: what, error: why });
       return new CniError(ErrorCode.TryAgainLater, `weftd: the NetworkPolicy of ${what} is not in place: ${why}`);
     } finally {

@@ -7,8 +7,9 @@
 //  3. the engine's deltas are applied in the order they happened, those that arrive while a
 //     transaction runs together in the next one — so a burst of events costs a few transactions,
 //     not one each, and the table never falls behind the API by more than one transaction;
-//  4. on the timer the table is read back and compared, and rewritten whole if it differs; after a
-//     failed transaction the model is uncertain and the next tick rewrites it from the engine.
+//  4. on the timer the table is read back and compared (beside the queue), and rewritten whole if
+//     it differs; after a failed transaction the model is uncertain and the table is rewritten
+//     from the engine at once (backing off while that fails too).
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
@@ -19,7 +20,7 @@ import { AbortedError, delay } from '../util/backoff.js';
 import { errorMessage } from '../util/errors.js';
 import type { IPAddr } from '../util/ip.js';
 import type { Logger } from '../util/log.js';
-import { PolicyEngine } from './engine.js';
+import { type CniPod, PolicyEngine } from './engine.js';
 import { countPackets, type PolicyMetrics } from './counters.js';
 import { explainPacket, type PolicyAnswer } from './explain.js';
 import type { Protocol } from './ports.js';
@@ -49,8 +50,10 @@ export interface PolicyEnforcerOptions {
   readonly bridgeSysctlDir?: string;
 }
 
-/** A resync pass waits at least this many times its last duration. */
+/** A resync pass waits at least this many times its last read-back's duration. */
 const RESYNC_DUTY = 10;
+/** How often the network config is looked for while it is missing. */
+const CONFIG_RETRY_MS = 1000;
 
 /** How often a CNI ADD looks for a pod the API has not shown yet. */
 const POD_WAIT_POLL_MS = 25;
@@ -64,7 +67,7 @@ export class PolicyEnforcer {
   private queue: Promise<void> = Promise.resolve();
   /** The engine's snapshot has been handed to the driver: deltas from now on are applied. */
   private snapshotTaken = false;
-  /** A transaction failed: the table is rewritten from the engine on the next tick. */
+  /** A transaction failed: the table is rewritten from the engine (at once: the timer is woken). */
   private uncertain = false;
   private programmed = false;
   /** Transactions that failed, compares that found drift (for status and tests). */
@@ -88,28 +91,16 @@ export class PolicyEnforcer {
 
   /** Runs until `signal` aborts: sysctls, sync, the first full write, then deltas and the timer. */
   async run(signal: AbortSignal): Promise<void> {
-    const driver = (this.driver = await this.makeDriver());
+    this.driver = await this.makeDriver(signal);
     await this.enableBridgeNetfilter();
     this.source.start();
     try {
       await Promise.race([this.source.synced, aborted(signal)]);
-      this.snapshotTaken = true;
-      const snap = this.engine.snapshot();
-      this.enqueue(async () => {
-        await driver.sync(snap);
-        this.programmed = true;
-        this.opts.logger.info('NetworkPolicy programmed', { pods: snap.pods.size, rules: snap.rules.size, sets: snap.sets.size });
-      });
+      this.enqueue(this.rewriteStep);
       await this.queue;
-      let passMs = 0;
       while (!signal.aborted) {
-        // A pass reads the whole table back (seconds at 10 000 pods and 1 000 policies): never
-        // more than a tenth of the time, whatever --iptables-resync says.
-        await delay(Math.max(this.opts.resyncSeconds * 1000, RESYNC_DUTY * passMs), signal);
-        const t0 = performance.now();
-        this.enqueue(this.resyncStep);
-        await this.queue;
-        passMs = performance.now() - t0;
+        await this.sleep(this.nextPassMs(), signal);
+        await this.pass();
       }
     } catch (e) {
       if (!(e instanceof AbortedError)) throw e;
@@ -120,30 +111,30 @@ export class PolicyEnforcer {
 
   /** The decisions for one packet at this node's pods, from what is programmed (`weft trace`). */
   explain(src: IPAddr, dst: IPAddr, protocol: Protocol | null, port: number): PolicyAnswer {
-    return { programmed: this.programmed, decisions: this.driver ? explainPacket(this.driver.programmed, src, dst, protocol, port) : [] };
+    return { programmed: this.programmed && !this.uncertain, decisions: this.driver ? explainPacket(this.driver.programmed, src, dst, protocol, port) : [] };
   }
 
   /**
-   * A CNI ADD of sandbox `sandbox` on this node gave pod namespace/name `ips`: they become the
-   * pod's in the engine (the API's status lags the ADD), and this resolves once the table holds
-   * what follows from them — the CNI server answers the ADD only then, so the pod's first packet
-   * meets its policy. Waits, until `signal` aborts, for a pod the API has not shown yet. Rejects
-   * for a pod of another node and when the table could not be written.
+   * A CNI ADD of sandbox `pod.sandbox` on this node gave the pod `ips`: they become the pod's in
+   * the engine (the API's status lags the ADD), and this resolves once the table holds what follows
+   * from them — the CNI server answers the ADD only then, so the pod's first packet meets its
+   * policy. Until `signal` aborts it waits for the API to show the pod (this very pod, by UID when
+   * the runtime names it) bound to this node, and for the table to be written.
    */
-  async podAdded(namespace: string, name: string, sandbox: string, ips: readonly IPAddr[], signal: AbortSignal): Promise<void> {
-    while (this.engine.podNode(namespace, name) === undefined) await delay(POD_WAIT_POLL_MS, signal);
-    const node = this.engine.podNode(namespace, name);
-    if (node !== this.opts.nodeName) {
-      throw new Error(`the API server has pod ${namespace}/${name} on ${node === null ? 'no node' : `node ${JSON.stringify(node)}`}, not on this node (${JSON.stringify(this.opts.nodeName)}): is NODE_NAME right?`);
-    }
-    this.apply(() => this.engine.setLocalAddresses(namespace, name, sandbox, ips));
+  async podAdded(pod: CniPod, ips: readonly IPAddr[], signal: AbortSignal): Promise<void> {
+    while (!this.engine.isLocalPod(pod)) await delay(POD_WAIT_POLL_MS, signal);
+    this.apply(() => this.engine.setLocalAddresses(pod, ips));
     await this.queue;
-    if (this.uncertain) throw new Error('the NetworkPolicy table could not be written (see the log); it is rewritten on the next pass');
+    // A failed transaction: the table is rewritten from the engine (the pod included) shortly.
+    while (this.uncertain) {
+      await delay(POD_WAIT_POLL_MS, signal);
+      await this.queue;
+    }
   }
 
-  /** A CNI DEL of sandbox `sandbox`: the pod has no addresses here any more (until the API deletes it). */
-  podDeleted(namespace: string, name: string, sandbox: string): void {
-    this.apply(() => this.engine.releaseLocalAddresses(namespace, name, sandbox));
+  /** A CNI DEL: the addresses sandbox `pod.sandbox` gave the pod are gone (until the API deletes it). */
+  podDeleted(pod: CniPod): void {
+    this.apply(() => this.engine.releaseLocalAddresses(pod));
   }
 
   /** An engine change of our own, after the API's events seen before it. */
@@ -166,60 +157,120 @@ export class PolicyEnforcer {
   private pending: PolicyDelta[] = [];
   private drainQueued = false;
 
-  /** Everything pending at the moment it runs, as one transaction. */
+  /** Everything pending at the moment it runs, as one transaction (none while uncertain: the rewrite has it). */
   private readonly drainStep = async (): Promise<void> => {
     this.drainQueued = false;
     const batch = this.pending;
     this.pending = [];
-    if (batch.length > 0) await this.driver!.applyAll(batch);
+    if (batch.length > 0 && !this.uncertain) await this.driver!.applyAll(batch);
+  };
+
+  /**
+   * The whole table from the engine's snapshot: at start, and after a failed transaction. The
+   * source's gathered deltas are flushed first and dropped with the pending ones — the snapshot
+   * holds them; deltas after it are applied on top.
+   */
+  private readonly rewriteStep = async (): Promise<void> => {
+    this.source.flush();
+    this.snapshotTaken = true;
+    this.pending = [];
+    const snap = this.engine.snapshot();
+    await this.driver!.sync(snap);
+    const first = !this.programmed;
+    this.programmed = true;
+    if (this.uncertain) {
+      this.uncertain = false;
+      this.failStreak = 0;
+      this.repairs++;
+      this.opts.metrics?.recordPolicyRepair();
+      this.opts.logger.info('NetworkPolicy table rewritten from the engine');
+    }
+    if (first) this.opts.logger.info('NetworkPolicy programmed', { pods: snap.pods.size, rules: snap.rules.size, sets: snap.sets.size });
   };
 
   private enqueue(step: () => Promise<void>): void {
     this.queue = this.queue.then(async () => {
-      if (this.uncertain && step !== this.resyncStep) {
-        // The next resync rewrites it all from the engine, pending deltas included.
-        if (step === this.drainStep) {
-          this.drainQueued = false;
-          this.pending = [];
-        }
-        return;
-      }
       try {
         await step();
       } catch (e) {
         this.failures++;
-        this.opts.metrics?.recordPolicyFailure();
+        this.failStreak++;
         this.uncertain = true;
-        this.opts.logger.error('NetworkPolicy: an nftables transaction failed; the table is rewritten on the next pass', { error: errorMessage(e) });
+        this.wake();
+        try {
+          this.opts.metrics?.recordPolicyFailure();
+          this.opts.logger.error('NetworkPolicy: an nftables transaction failed; the table is rewritten from the engine', { error: errorMessage(e) });
+        } catch {
+          // the queue goes on whatever the logger does
+        }
       }
     });
   }
 
-  private readonly resyncStep = (): Promise<void> => this.resync();
+  /** Consecutive failed transactions (the retry backs off). */
+  private failStreak = 0;
+  /** How long the last read-back took (the passes are spaced by it). */
+  private lastCheckMs = 0;
+  /** Ends the timer's current wait (a failed transaction is retried soon, not at the next tick). */
+  private wake: () => void = () => {};
 
-  /** The timer's pass: rewrite from the engine when uncertain, else compare and repair. */
-  private async resync(): Promise<void> {
+  /**
+   * Until the next pass: --iptables-resync, but at least ten times the last read-back (seconds at
+   * 10 000 pods and 1 000 policies), so passes never take more than a tenth of the time. A failed
+   * transaction wakes the timer at once (its rewrite is the next pass); while rewrites fail too,
+   * 2 s, doubling, up to the regular wait.
+   */
+  private nextPassMs(): number {
+    const regular = Math.max(this.opts.resyncSeconds * 1000, RESYNC_DUTY * this.lastCheckMs);
+    return this.uncertain ? Math.min(1000 * 2 ** Math.min(this.failStreak - 1, 10), regular) : regular;
+  }
+
+  private async sleep(ms: number, signal: AbortSignal): Promise<void> {
+    const ctl = new AbortController();
+    const stop = () => ctl.abort();
+    this.wake = stop;
+    signal.addEventListener('abort', stop, { once: true });
+    try {
+      await delay(ms, ctl.signal);
+    } catch (e) {
+      if (signal.aborted || !(e instanceof AbortedError)) throw e;
+    } finally {
+      signal.removeEventListener('abort', stop);
+      this.wake = () => {};
+    }
+  }
+
+  /**
+   * The timer's pass. Uncertain: rewrite from the engine. Else read the table back and compare —
+   * beside the queue, since at scale that takes seconds and deltas and CNI ADDs must not wait for
+   * it; a compare that a transaction overtook is dropped (the next pass looks again), one that
+   * found drift queues a rewrite of what is programmed.
+   */
+  private async pass(): Promise<void> {
     const driver = this.driver!;
     if (this.uncertain) {
-      await driver.sync(this.engine.snapshot());
-      this.uncertain = false;
-      this.programmed = true;
-      this.repairs++;
-      this.opts.metrics?.recordPolicyRepair();
-      this.opts.logger.info('NetworkPolicy table rewritten from the engine');
+      this.enqueue(this.rewriteStep);
+      await this.queue;
       return;
     }
-    const problems = await driver.repair();
+    const generation = driver.generation;
+    const t0 = performance.now();
+    const problems = await driver.check();
+    this.lastCheckMs = performance.now() - t0;
     this.opts.metrics?.recordPolicyCheck();
     if (driver.lastListing && this.opts.metrics) {
       const { allowed, denied } = countPackets(driver.programmed, driver.lastListing);
       this.opts.metrics.recordPolicyPackets(allowed, denied);
     }
-    if (problems.length > 0) {
+    if (problems.length === 0 || driver.generation !== generation) return;
+    this.enqueue(async () => {
+      if (driver.generation !== generation || this.uncertain) return; // overtaken: looked at again next pass
+      await driver.rewrite();
       this.repairs++;
       this.opts.metrics?.recordPolicyRepair();
       this.opts.logger.warn('NetworkPolicy table differed from the desired state; rewritten', { problems: problems.slice(0, 5), count: problems.length });
-    }
+    });
+    await this.queue;
   }
 
   /**
@@ -227,8 +278,18 @@ export class PolicyEnforcer {
    * node is refused: its pods' traffic stays in Open vSwitch and never crosses these hooks, so
    * rules here would look enforced and be not (policy in the OVS pipeline is its own work).
    */
-  private async makeDriver(): Promise<PolicyNftDriver> {
-    const config = await this.opts.networkConfig();
+  private async makeDriver(signal: AbortSignal): Promise<PolicyNftDriver> {
+    let config: Awaited<ReturnType<PolicyEnforcerOptions['networkConfig']>>;
+    for (let said = false; ; said = true) {
+      try {
+        config = await this.opts.networkConfig();
+        break;
+      } catch (e) {
+        // The daemon waits for the network config file too (its ConfigMap may come later).
+        if (!said) this.opts.logger.warn('NetworkPolicy waits for the network config', { error: errorMessage(e) });
+        await delay(CONFIG_RETRY_MS, signal);
+      }
+    }
     if (config.backend.type === 'ovs') {
       throw new FatalError('--network-policy is enforced with nftables on vxlan and host-gw nodes; the ovs backend keeps pod traffic in Open vSwitch, where these rules never see it');
     }

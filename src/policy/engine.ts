@@ -53,6 +53,23 @@ import { indexableRequirements, type Labels, matches } from './selector.js';
 
 export { ruleId };
 
+/** A pod as a CNI request names it: CNI_ARGS' namespace, name and (when given) UID, and the sandbox. */
+export interface CniPod {
+  readonly namespace: string;
+  readonly name: string;
+  readonly uid: string | null;
+  /** The container ID of the pod sandbox (CNI_CONTAINERID). */
+  readonly sandbox: string;
+}
+
+/** What a CNI ADD said of a local pod: its addresses, or (after its DEL, `ips` null) those it had. */
+interface LocalAddresses {
+  readonly sandbox: string;
+  readonly uid: string | null;
+  readonly ips: readonly IPAddr[] | null;
+  readonly released: readonly IPAddr[];
+}
+
 export class PolicyEngine {
   private readonly namespaces = new Map<string, NsState>();
   private readonly pods = new Map<string, PodState>();
@@ -73,7 +90,7 @@ export class PolicyEngine {
    * Addresses this node's CNI ADD gave a local pod (setLocalAddresses), ahead of the API: they
    * stand for the pod's own until the pod is deleted, so its rules exist before its first packet.
    */
-  private readonly localAddresses = new Map<string, { readonly sandbox: string; readonly ips: readonly IPAddr[] }>();
+  private readonly localAddresses = new Map<string, LocalAddresses>();
   /** The pods as the API last gave them (before localAddresses), to re-apply on a change of those. */
   private readonly apiPods = new Map<string, Pod>();
 
@@ -114,7 +131,8 @@ export class PolicyEngine {
     const key = podKey(apiPod.namespace, apiPod.name);
     this.apiPods.set(key, apiPod);
     const local = this.localAddresses.get(key);
-    const pod = local !== undefined && apiPod.nodeName === this.nodeName ? { ...apiPod, ips: local.ips } : apiPod;
+    const mine = local !== undefined && apiPod.nodeName === this.nodeName && (local.uid === null || local.uid === apiPod.uid);
+    const pod = mine ? { ...apiPod, ips: local.ips ?? apiPod.ips.filter((ip) => !local.released.some((r) => r.equals(ip))) } : apiPod;
     let ps = this.pods.get(key);
     const candidates = new Set<RuleState>();
     if (ps) {
@@ -144,43 +162,44 @@ export class PolicyEngine {
   }
 
   /**
-   * The addresses a CNI ADD of sandbox (container ID) `sandbox` on this node gave pod
-   * namespace/name. They are the pod's from now on, whatever the API's status says, until the pod
-   * is deleted from the API; a pod the API has not shown yet gets them when it arrives.
+   * The addresses a CNI ADD of sandbox `pod.sandbox` on this node gave the pod. They are the pod's
+   * from now on, whatever the API's status says, until the pod (that UID, when the runtime named
+   * it) is deleted from the API; a pod the API has not shown yet gets them when it arrives.
    */
-  setLocalAddresses(namespace: string, name: string, sandbox: string, ips: readonly IPAddr[]): PolicyDelta {
-    const key = podKey(namespace, name);
-    this.localAddresses.set(key, { sandbox, ips });
-    const pod = this.apiPods.get(key);
-    return pod ? this.upsertPod(pod) : finishDelta(new DeltaBuilder(), this.pods, this.lastViews);
+  setLocalAddresses(pod: CniPod, ips: readonly IPAddr[]): PolicyDelta {
+    const key = podKey(pod.namespace, pod.name);
+    this.localAddresses.set(key, { sandbox: pod.sandbox, uid: pod.uid, ips, released: [] });
+    const api = this.apiPods.get(key);
+    return api ? this.upsertPod(api) : finishDelta(new DeltaBuilder(), this.pods, this.lastViews);
   }
 
   /**
-   * A CNI DEL of sandbox `sandbox`: the pod has no addresses here any more — unless the addresses
-   * came from another sandbox (a later ADD of the pod, or a repeated DEL of an old one), which keep.
+   * A CNI DEL of sandbox `pod.sandbox`: the addresses it gave the pod are gone, even if the API's
+   * status still lists them (it may list others later: a sandbox whose ADD weftd did not see).
+   * Another sandbox's DEL (a repeated DEL of an old one) changes nothing.
    */
-  releaseLocalAddresses(namespace: string, name: string, sandbox: string): PolicyDelta {
-    const key = podKey(namespace, name);
-    if (this.localAddresses.get(key)?.sandbox !== sandbox) return finishDelta(new DeltaBuilder(), this.pods, this.lastViews);
-    return this.setLocalAddresses(namespace, name, sandbox, []);
+  releaseLocalAddresses(pod: CniPod): PolicyDelta {
+    const key = podKey(pod.namespace, pod.name);
+    const local = this.localAddresses.get(key);
+    if (local?.sandbox !== pod.sandbox || local.ips === null) return finishDelta(new DeltaBuilder(), this.pods, this.lastViews);
+    this.localAddresses.set(key, { ...local, ips: null, released: local.ips });
+    const api = this.apiPods.get(key);
+    return api ? this.upsertPod(api) : finishDelta(new DeltaBuilder(), this.pods, this.lastViews);
   }
 
-  /** The node the API schedules pod namespace/name to (null: none yet); undefined for a pod it has not shown. */
-  podNode(namespace: string, name: string): string | null | undefined {
-    const pod = this.apiPods.get(podKey(namespace, name));
-    return pod === undefined ? undefined : pod.nodeName;
-  }
-
-  /** Whether the API has shown pod namespace/name. */
-  hasPod(namespace: string, name: string): boolean {
-    return this.pods.has(podKey(namespace, name));
+  /** Whether the API shows `pod` (by UID when given) bound to this node. */
+  isLocalPod(pod: Pick<CniPod, 'namespace' | 'name' | 'uid'>): boolean {
+    const api = this.apiPods.get(podKey(pod.namespace, pod.name));
+    return api !== undefined && api.nodeName === this.nodeName && (pod.uid === null || api.uid === pod.uid);
   }
 
   deletePod(namespace: string, name: string): PolicyDelta {
     const d = new DeltaBuilder();
     const key = podKey(namespace, name);
+    const local = this.localAddresses.get(key);
+    // A pod re-created under the same name may have had its ADD before the old one's deletion.
+    if (local !== undefined && (local.uid === null || local.uid === this.apiPods.get(key)?.uid)) this.localAddresses.delete(key);
     this.apiPods.delete(key);
-    this.localAddresses.delete(key);
     const ps = this.pods.get(key);
     if (ps) {
       this.unindexPod(ps);

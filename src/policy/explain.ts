@@ -40,16 +40,23 @@ export interface PolicyAnswer {
   readonly decisions: readonly PolicyDecision[];
 }
 
-const QUERY_PROTOCOLS: Readonly<Record<string, Protocol | null>> = { tcp: 'TCP', udp: 'UDP', sctp: 'SCTP', icmp: null };
+const QUERY_PROTOCOLS = new Map<string, Protocol | null>([
+  ['tcp', 'TCP'],
+  ['udp', 'UDP'],
+  ['sctp', 'SCTP'],
+  ['icmp', null],
+]);
 
 /** /policy?src=&dst=&proto=tcp|udp|sctp|icmp&dport=: parses the query and asks `explain`. */
 export function answerPolicyQuery(query: URLSearchParams, explain: (src: IPAddr, dst: IPAddr, protocol: Protocol | null, port: number) => PolicyAnswer): { status: number; body: unknown } {
   const src = IPAddr.tryParse(query.get('src') ?? '');
   const dst = IPAddr.tryParse(query.get('dst') ?? '');
   const proto = query.get('proto') ?? 'tcp';
-  const dport = Number(query.get('dport') ?? '0');
+  const dportText = query.get('dport') ?? '0';
+  const dport = /^\d{1,5}$/.test(dportText) ? Number(dportText) : -1;
   if (!src || !dst) return { status: 400, body: { error: 'src and dst must be IP addresses' } };
-  if (!(proto in QUERY_PROTOCOLS)) return { status: 400, body: { error: `proto must be one of ${Object.keys(QUERY_PROTOCOLS).join(', ')}` } };
-  if (!Number.isInteger(dport) || dport < 0 || dport > 65535) return { status: 400, body: { error: 'dport must be 0..65535' } };
-  return { status: 200, body: explain(src, dst, QUERY_PROTOCOLS[proto]!, dport) };
+  const protocol = QUERY_PROTOCOLS.get(proto);
+  if (protocol === undefined) return { status: 400, body: { error: `proto must be one of ${[...QUERY_PROTOCOLS.keys()].join(', ')}` } };
+  if (dport < 0 || dport > 65535) return { status: 400, body: { error: 'dport must be 0..65535' } };
+  return { status: 200, body: explain(src, dst, protocol, dport) };
 }

@@ -183,4 +183,38 @@ describe('NetworkPolicy nftables dataplane (bridge node, real traffic)', functio
       await delNetns(ns);
     }
   });
+
+  it('takes deltas that delete and re-create the same sets, chains and map entries in one transaction', async () => {
+    const ns = `${P}-batch`;
+    await addNetns(ns);
+    try {
+      const e = new PolicyEngine('n1');
+      e.upsertNamespace(parseNamespace({ metadata: { name: 'x', labels: {} } }));
+      for (const [name, ip] of Object.entries(PODS)) e.upsertPod(pod(name, ip, name));
+      const allow = parseNetworkPolicy({
+        metadata: { namespace: 'x', name: 'allow-a' },
+        spec: { podSelector: { matchLabels: { app: 'b' } }, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'a' } } }], ports: [{ port: 80, protocol: 'TCP' }] }], egress: [{ to: [{ ipBlock: { cidr: '10.0.0.0/8', except: ['10.88.0.4/32'] } }] }] },
+      });
+      e.upsertPolicy(allow);
+      const calls: string[][] = [];
+      const d = new PolicyNftDriver(nodeNft(ns, calls), { families: [4] });
+      await d.sync(e.snapshot());
+      // The policy deleted and put back as it was, pod b deleted and put back, pod a's label away
+      // and back: every name goes and comes again within the one batch.
+      const batch = [
+        e.deletePolicy('x', 'allow-a'),
+        e.upsertPolicy(allow),
+        e.deletePod('x', 'b'),
+        e.upsertPod(pod('b', PODS.b, 'b')),
+        e.upsertPod(pod('a', PODS.a, 'none')),
+        e.upsertPod(pod('a', PODS.a, 'a')),
+      ];
+      const before = calls.length;
+      await d.applyAll(batch);
+      assert.equal(calls.length, before + 1, 'one transaction');
+      assert.deepEqual(await d.check(), []);
+    } finally {
+      await delNetns(ns);
+    }
+  });
 });

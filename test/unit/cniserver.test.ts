@@ -189,20 +189,20 @@ describe('CNI server (fake plugins, unix socket in a temp dir)', function () {
     const s = await start({
       podHookTimeoutMs: 300,
       podHooks: {
-        podAdded: (ns, name, sandbox, ips) => {
-          seen.push(`add ${ns}/${name} ${sandbox} ${ips.join(',')}`);
-          return name === 'slow' ? new Promise<void>((r) => (release = r)) : Promise.resolve();
+        podAdded: (pod, ips) => {
+          seen.push(`add ${pod.namespace}/${pod.name} ${pod.uid ?? '-'} ${pod.sandbox} ${ips.join(',')}`);
+          return pod.name === 'slow' ? new Promise<void>((r) => (release = r)) : Promise.resolve();
         },
-        podDeleted: (ns, name, sandbox) => void seen.push(`del ${ns}/${name} ${sandbox}`),
+        podDeleted: (pod) => void seen.push(`del ${pod.namespace}/${pod.name} ${pod.sandbox}`),
       },
     });
-    const pod = (command: string, name: string) => ({ ...env(command, name), CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=x;K8S_POD_NAME=${name}` });
+    const pod = (command: string, name: string) => ({ ...env(command, name), CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=x;K8S_POD_NAME=${name};K8S_POD_UID=u-${name}` });
     const ok = await call(s, pod('ADD', 'p1'));
     assert.ok('status' in ok && ok.status === 0, JSON.stringify(ok));
     // The reply waits for the hook: still unanswered while it is pending, answered when it resolves.
     let answered = false;
     const pending = call(s, { ...pod('ADD', 'slow'), CNI_ARGS: 'K8S_POD_NAMESPACE=x;K8S_POD_NAME=slow' }).finally(() => (answered = true));
-    await waitFor(() => seen.includes('add x/slow slow 10.0.0.2'), { what: 'the hook to be called' });
+    await waitFor(() => seen.includes('add x/slow - slow 10.0.0.2'), { what: 'the hook to be called' });
     assert.equal(answered, false);
     release();
     const r = await pending;
@@ -216,7 +216,9 @@ describe('CNI server (fake plugins, unix socket in a temp dir)', function () {
     const del = await call(s, pod('DEL', 'p1'));
     assert.ok('status' in del && del.status === 0, JSON.stringify(del));
     await call(s, env('ADD', 'no-pod'));
-    assert.deepEqual(seen, ['add x/p1 p1 10.0.0.2', 'add x/slow slow 10.0.0.2', 'del x/p1 p1']);
+    // Nor do a pod's other attachments (Multus' net1): their addresses are not the pod's own.
+    await call(s, { ...pod('ADD', 'p1'), CNI_IFNAME: 'net1' });
+    assert.deepEqual(seen, ['add x/p1 u-p1 p1 10.0.0.2', 'add x/slow - slow 10.0.0.2', 'del x/p1 p1']);
   });
 
   it('an exception thrown from a request\'s own async work fails that request only', async () => {

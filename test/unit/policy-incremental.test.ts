@@ -287,35 +287,58 @@ describe('policy engine: incremental deltas (seeded property)', function () {
 
   it('takes a local pod\'s addresses from its CNI ADD ahead of the API, keeps them over the API\'s, and forgets them with the pod', () => {
     const e = new PolicyEngine(NODE);
-    const pod = (name: string, ip: string | null, node = NODE) =>
-      parsePod({ metadata: { namespace: 'x', name, labels: { app: 'a' } }, spec: { nodeName: node }, status: { phase: ip ? 'Running' : 'Pending', ...(ip ? { podIPs: [{ ip }] } : {}) } });
+    const pod = (name: string, ip: string | null, node = NODE, uid = `u-${name}`) =>
+      parsePod({ metadata: { namespace: 'x', name, uid, labels: { app: 'a' } }, spec: { nodeName: node }, status: { phase: ip ? 'Running' : 'Pending', ...(ip ? { podIPs: [{ ip }] } : {}) } });
+    const cni = (name: string, sandbox: string, uid: string | null = `u-${name}`) => ({ namespace: 'x', name, uid, sandbox });
     const addr = (ip: string) => IPAddr.parse(ip);
     e.upsertPolicy(parseNetworkPolicy({ metadata: { namespace: 'x', name: 'p' }, spec: { podSelector: { matchLabels: { app: 'a' } }, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'a' } } }] }] } }));
     // Addresses for a pod the API has not shown yet wait for it.
-    assert.deepEqual(e.setLocalAddresses('x', 'early', 's0', [addr('10.0.0.9')]).pods, []);
+    assert.equal(e.isLocalPod(cni('early', 's0')), false);
+    assert.deepEqual(e.setLocalAddresses(cni('early', 's0'), [addr('10.0.0.9')]).pods, []);
     assert.deepEqual(e.upsertPod(pod('early', null)).pods.map((p) => [p.key, p.policy?.ips]), [['x/early', ['10.0.0.9']]]);
+    assert.equal(e.isLocalPod(cni('early', 's0')), true);
     // The API's pod without an address: selected, isolated, but in no map until the ADD says.
     e.upsertPod(pod('a', null));
     assert.deepEqual(e.snapshot().pods.get('x/a')?.ips, []);
-    const added = e.setLocalAddresses('x', 'a', 's1', [addr('10.0.0.1')]);
+    const added = e.setLocalAddresses(cni('a', 's1'), [addr('10.0.0.1')]);
     assert.deepEqual(added.pods.map((p) => [p.key, p.policy?.ips, p.policy?.ingress.isolated]), [['x/a', ['10.0.0.1'], true]]);
     assert.deepEqual(e.podsWithIP('10.0.0.1'), ['x/a']);
     // The API's status agreeing (or lagging with another address) changes nothing.
     assert.deepEqual(e.upsertPod(pod('a', '10.0.0.1')).pods, []);
     assert.deepEqual(e.upsertPod(pod('a', '10.0.0.7')).pods, []);
     // A DEL of another sandbox (an old one's, repeated) changes nothing; the ADD's own sandbox's
-    // DEL leaves no addresses, whatever the API still says.
-    assert.deepEqual(e.releaseLocalAddresses('x', 'a', 's0').pods, []);
+    // DEL takes its addresses away, whatever the API still says — but not others the API lists
+    // (a later sandbox whose ADD weftd did not see).
+    assert.deepEqual(e.releaseLocalAddresses(cni('a', 's0')).pods, []);
     assert.deepEqual(e.podsWithIP('10.0.0.1'), ['x/a']);
-    assert.deepEqual(e.releaseLocalAddresses('x', 'a', 's1').pods.map((p) => [p.key, p.policy?.ips]), [['x/a', []]]);
+    assert.deepEqual(e.releaseLocalAddresses(cni('a', 's1')).pods.map((p) => [p.key, p.policy?.ips]), [['x/a', ['10.0.0.7']]]);
     assert.deepEqual(e.podsWithIP('10.0.0.1'), []);
+    assert.deepEqual(e.upsertPod(pod('a', '10.0.0.1')).pods.map((p) => [p.key, p.policy?.ips]), [['x/a', []]]);
     // Deleted from the API: forgotten; the pod coming back takes the API's address again.
     e.deletePod('x', 'a');
     assert.deepEqual(e.upsertPod(pod('a', '10.0.0.7')).pods.map((p) => [p.key, p.policy?.ips]), [['x/a', ['10.0.0.7']]]);
     // Another node's pod never takes this node's CNI addresses.
-    e.setLocalAddresses('x', 'far', 's2', [addr('10.0.0.5')]);
+    e.setLocalAddresses(cni('far', 's2'), [addr('10.0.0.5')]);
     e.upsertPod(pod('far', '10.1.0.5', 'n2'));
     assert.deepEqual(e.podsWithIP('10.0.0.5'), []);
+    assert.equal(e.isLocalPod(cni('far', 's2')), false);
+  });
+
+  it('keeps a re-created pod\'s CNI addresses (by UID) through the old pod\'s late deletion', () => {
+    const e = new PolicyEngine(NODE);
+    const pod = (uid: string, ip: string | null) =>
+      parsePod({ metadata: { namespace: 'x', name: 'web-0', uid, labels: { app: 'a' } }, spec: { nodeName: NODE }, status: { phase: 'Running', ...(ip ? { podIPs: [{ ip }] } : {}) } });
+    e.upsertPolicy(parseNetworkPolicy({ metadata: { namespace: 'x', name: 'p' }, spec: { podSelector: { matchLabels: { app: 'a' } }, policyTypes: ['Ingress'] } }));
+    e.upsertPod(pod('old', '10.0.0.1'));
+    const fresh = { namespace: 'x', name: 'web-0', uid: 'new', sandbox: 's-new' };
+    // The new pod's ADD while the API still shows the old one: not yet ours (the ADD waits).
+    assert.equal(e.isLocalPod(fresh), false);
+    e.setLocalAddresses(fresh, [IPAddr.parse('10.0.0.2')]);
+    assert.deepEqual(e.podsWithIP('10.0.0.2'), []);
+    // The old pod's deletion does not take the new pod's addresses with it.
+    e.deletePod('x', 'web-0');
+    assert.deepEqual(e.upsertPod(pod('new', null)).pods.map((p) => [p.key, p.policy?.ips]), [['x/web-0', ['10.0.0.2']]]);
+    assert.equal(e.isLocalPod(fresh), true);
   });
 });
 

@@ -58,6 +58,7 @@ export class PolicyNftDriver {
       this.lastListing = null;
       return [`table ${TABLE_FAMILY} ${TABLE_NAME} cannot be listed: ${errorMessage(e)}`];
     }
+    this.lastListing = null;
     const listed = parseTable(json);
     this.lastListing = listed;
     return compareTable(desired, listed);
@@ -74,13 +75,23 @@ export class PolicyNftDriver {
   /** Checks and, when anything differs, rewrites the table whole; returns what was wrong. */
   async repair(): Promise<string[]> {
     const problems = await this.check();
-    if (problems.length) await this.write(renderFull(this.state, this.opts, true).script);
+    if (problems.length) await this.rewrite();
     return problems;
+  }
+
+  /** Writes the whole table again from what is programmed (after check() found it differing). */
+  async rewrite(): Promise<void> {
+    await this.write(renderFull(this.state, this.opts, true).script);
   }
 
   async remove(): Promise<void> {
     await this.write(renderDeleteTable());
     this.state = emptySnapshot();
+  }
+
+  /** Bumped by every transaction: a read-back overtaken by one is stale. */
+  get generation(): number {
+    return this.transactions;
   }
 
   private async write(script: string): Promise<void> {
