@@ -306,6 +306,11 @@ describe('parseFlags', () => {
       writeFileSync(path, content, { mode });
       return path;
     };
+    /**
+     * What a message about a file without a password in it must not show — a string no temp
+     * directory name can contain (a single letter once matched one: mkdtemp's random part).
+     */
+    const NO_CONTENT = '<no-content>';
     /** A FlagError matching `message` whose text does not leak `secret`. */
     const rejectsWithout = (argv: string[], message: RegExp, secret: string) => {
       assert.throws(
@@ -357,11 +362,11 @@ describe('parseFlags', () => {
     });
 
     it('an unreadable, empty or multi-line file is a flag error naming the file, never the content', () => {
-      rejectsWithout(['--etcd-password-file', join(dir, 'missing')], new RegExp(`^--etcd-password-file ${join(dir, 'missing')}: cannot read it: no such file$`), 'x');
+      rejectsWithout(['--etcd-password-file', join(dir, 'missing')], new RegExp(`^--etcd-password-file ${join(dir, 'missing')}: cannot read it: no such file$`), NO_CONTENT);
       mkdirSync(join(dir, 'adir'));
-      rejectsWithout(['--etcd-password-file', join(dir, 'adir')], /: cannot read it: is a directory$/, 'x');
-      rejectsWithout(['--etcd-password-file', file('empty', '')], /: the file is empty$/, 'x');
-      rejectsWithout(['--etcd-password-file', file('nl', '\n')], /: the file is empty$/, 'x');
+      rejectsWithout(['--etcd-password-file', join(dir, 'adir')], /: cannot read it: is a directory$/, NO_CONTENT);
+      rejectsWithout(['--etcd-password-file', file('empty', '')], /: the file is empty$/, NO_CONTENT);
+      rejectsWithout(['--etcd-password-file', file('nl', '\n')], /: the file is empty$/, NO_CONTENT);
       rejectsWithout(['--etcd-password-file', file('two', 'line-one-secret\nline-two-secret\n')], /: holds more than one line/, 'secret');
       rejectsWithout(['--etcd-password-file', file('cr', 'cr-secret\rmore')], /: holds more than one line/, 'secret');
       rejects(['--etcd-password-file'], /etcd-password-file/);
