@@ -148,6 +148,27 @@ describe('policy nft rendering', () => {
     assert.deepEqual(gone.split('\n').filter((l) => l.startsWith('delete set')).map((l) => l.replace(/r[0-9a-f]+/, 'R')), [`delete set ${T} R_ports_v4`]);
   });
 
+  it('maps an address two local pods claim to one of them, and to the other when that one goes', () => {
+    const e2 = new PolicyEngine('n1');
+    e2.upsertNamespace(parseNamespace({ metadata: { name: 'x', labels: {} } }));
+    e2.upsertPolicy(parseNetworkPolicy({ metadata: { namespace: 'x', name: 'deny' }, spec: { podSelector: {}, policyTypes: ['Ingress'] } }));
+    // p-old terminates with 10.88.0.7 still in its status; p-new got the address from host-local.
+    e2.upsertPod(pod('x', 'p-old', '10.88.0.7', 'a'));
+    e2.upsertPod(pod('x', 'p-new', '10.88.0.7', 'a'));
+    const opts = { families: [4] as const };
+    const full = renderFull(e2.snapshot(), opts);
+    assert.deepEqual(full.script.split('\n').filter((l) => l.startsWith(`add element ${T} ingress_v4`)), [`add element ${T} ingress_v4 { 10.88.0.7 : jump ${podChainName('x/p-new', 'ingress')} }`]);
+    assert.deepEqual([...full.desired.maps.get('ingress_v4')!], [['10.88.0.7', podChainName('x/p-new', 'ingress')]]);
+    // p-new leaves: the entry moves to p-old in the same transaction, before p-new's chain goes.
+    const prev = copy(e2.snapshot());
+    const text = renderDelta(prev, e2.deletePod('x', 'p-new'), opts) ?? '';
+    assert.deepEqual(text.split('\n').filter((l) => l !== ''), [
+      `delete element ${T} ingress_v4 { 10.88.0.7 }`,
+      `add element ${T} ingress_v4 { 10.88.0.7 : jump ${podChainName('x/p-old', 'ingress')} }`,
+      `delete chain ${T} ${podChainName('x/p-new', 'ingress')}`,
+    ]);
+  });
+
   it('never puts API strings into the text, even ones the parser would refuse', () => {
     // The parser refuses such names; the renderer must not depend on it: pods are keyed by hash.
     const hostile = ['q"uote', 'semi;colon', 'new\nline', 'br{ace}', 'at@set', 'dollar$x', 'flush ruleset'];

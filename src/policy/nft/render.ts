@@ -226,6 +226,26 @@ function mapElement(ip: string, chain: string): NftPart {
   return nft`${addr(ip)} : jump ${nftName('chain', chain)}`;
 }
 
+/**
+ * Who a verdict map sends an address to: of this node's pods isolated in `dir` and holding it, the
+ * first by key. A map holds one entry per address; two pods claiming one (a terminating pod whose
+ * DEL weftd did not see, and its address's next owner) would otherwise make every transaction
+ * that writes the second fail. Over the local pods only (a node's hundred, not the cluster).
+ */
+function mapOwners(pods: ReadonlyMap<string, LocalPodPolicy>, dir: Direction, opts: RenderOptions): Map<string, string> {
+  const owners = new Map<string, string>();
+  for (const key of [...pods.keys()].sort()) {
+    const pod = pods.get(key)!;
+    if (!pod[dir].isolated) continue;
+    for (const ip of pod.ips) {
+      if (!familiesOf(opts).includes(familyOf(ip))) continue;
+      const k = addressKey(ip);
+      if (!owners.has(k)) owners.set(k, key);
+    }
+  }
+  return owners;
+}
+
 // ---- base chains ----
 
 function baseLines(opts: RenderOptions): Map<string, RuleLine[]> {
@@ -281,12 +301,13 @@ export function renderFull(snap: PolicySnapshot, opts: RenderOptions = {}, repla
       out.push(nft`add chain ${TABLE} ${nftName('chain', chain)}`);
       for (const l of lines) out.push(addRule(chain, l));
       desired.chains.set(chain, lines.map((l) => l.comment));
-      for (const ip of pod.ips) {
-        if (!familiesOf(opts).includes(familyOf(ip))) continue;
-        const m = mapName(dir, familyOf(ip));
-        mapEls.get(m)!.push(mapElement(ip, chain));
-        desired.maps.get(m)!.set(addressKey(ip), chain);
-      }
+    }
+  }
+  for (const dir of ['ingress', 'egress'] as const) {
+    for (const [ip, key] of mapOwners(snap.pods, dir, opts)) {
+      const m = mapName(dir, familyOf(ip));
+      mapEls.get(m)!.push(mapElement(ip, podChainName(key, dir)));
+      desired.maps.get(m)!.set(ip, podChainName(key, dir));
     }
   }
   for (const [m, els] of mapEls) out.push(...elementCommand('add', m, els));
@@ -344,26 +365,42 @@ export function renderDelta(prev: MutableSnapshot | PolicySnapshot, delta: Polic
   };
   const chainCmds: NftPart[] = [];
   const chainDels: NftPart[] = [];
+  const newPods = new Map(prev.pods);
+  const touched = new Set<string>();
   for (const { key, policy } of delta.pods) {
+    if (policy) newPods.set(key, policy);
+    else newPods.delete(key);
     const old: LocalPodPolicy | undefined = prev.pods.get(key);
+    for (const ip of [...(old?.ips ?? []), ...(policy?.ips ?? [])]) if (inFamilies(ip)) touched.add(addressKey(ip));
     for (const dir of ['ingress', 'egress'] as const) {
       const chain = podChainName(key, dir);
       const o = old?.[dir];
       const n = policy?.[dir];
       const oldLines = o?.isolated ? podChainLines(oldRules, oldSets, o, dir, opts) : null;
       const newLines = n?.isolated ? podChainLines(newRules, newSets, n, dir, opts) : null;
-      const oldIPs = new Set(oldLines ? old!.ips.filter(inFamilies).map(addressKey) : []);
-      const newIPs = new Set(newLines ? policy!.ips.filter(inFamilies).map(addressKey) : []);
-      for (const ip of oldIPs) if (!newIPs.has(ip)) push(mapDel, mapName(dir, familyOf(ip)), nft`${addr(ip)}`);
       if (newLines) {
         const same = oldLines !== null && oldLines.length === newLines.length && oldLines.every((l, i) => l.comment === newLines[i]!.comment);
         if (!same) {
           chainCmds.push(oldLines ? nft`flush chain ${TABLE} ${nftName('chain', chain)}` : nft`add chain ${TABLE} ${nftName('chain', chain)}`);
           for (const l of newLines) chainCmds.push(addRule(chain, l));
         }
-        for (const ip of newIPs) if (!oldIPs.has(ip)) push(mapAdd, mapName(dir, familyOf(ip)), mapElement(ip, chain));
       } else if (oldLines) {
         chainDels.push(nft`delete chain ${TABLE} ${nftName('chain', chain)}`);
+      }
+    }
+  }
+  // The map entries of the addresses the changed pods held or hold, from who owns them before and after.
+  if (touched.size > 0) {
+    for (const dir of ['ingress', 'egress'] as const) {
+      const before = mapOwners(prev.pods, dir, opts);
+      const after = mapOwners(newPods, dir, opts);
+      for (const ip of [...touched].sort()) {
+        const b = before.get(ip);
+        const a = after.get(ip);
+        if (a === b) continue;
+        const m = mapName(dir, familyOf(ip));
+        if (b !== undefined) push(mapDel, m, nft`${addr(ip)}`);
+        if (a !== undefined) push(mapAdd, m, mapElement(ip, podChainName(a, dir)));
       }
     }
   }
