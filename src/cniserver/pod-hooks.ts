@@ -8,7 +8,10 @@ import { parseCniArgs } from '../../cni-plugins/skel/env.js';
 import { podIdentity } from '../../cni-plugins/lib/podargs.js';
 import { CniError, ErrorCode } from '../../cni-plugins/skel/types.js';
 import type { CniPod } from '../policy/engine.js';
+import { AbortedError, untilAborted } from '../util/backoff.js';
+import { errorMessage } from '../util/errors.js';
 import { IPAddr } from '../util/ip.js';
+import type { Logger } from '../util/log.js';
 
 export interface CniPodHooks {
   /** After a successful ADD of the pod's network; resolves when what depends on its addresses is in place. */
@@ -50,4 +53,54 @@ export function resultAddresses(stdout: string): IPAddr[] {
     out.push(ip);
   }
   return out;
+}
+
+/**
+ * After the plugins ran: a DEL tells the hooks the pod's addresses go; a successful ADD waits, up
+ * to `boundMs` or until `waits` aborts (the request answered, weftd stopping), until the hooks have
+ * put in place what depends on them. The error the ADD is answered with instead, or null.
+ */
+export async function runPodHooks(
+  hooks: CniPodHooks,
+  verb: string,
+  env: Readonly<Record<string, string>>,
+  out: { readonly exitCode: number; readonly stdout: string },
+  waits: AbortSignal,
+  opts: { readonly boundMs: number; readonly logger: Logger },
+): Promise<CniError | null> {
+  if (verb !== 'ADD' && verb !== 'DEL') return null;
+  let pod: CniPod | null;
+  try {
+    pod = podOfRequest(env);
+  } catch (e) {
+    // The plugins accepted CNI_ARGS; a pod name that is not a Kubernetes name is no pod of ours.
+    return verb === 'ADD' && out.exitCode === 0 && e instanceof CniError ? e : null;
+  }
+  if (pod === null) return null;
+  if (verb === 'DEL') {
+    hooks.podDeleted(pod);
+    return null;
+  }
+  if (out.exitCode !== 0) return null;
+  const what = `pod ${pod.namespace}/${pod.name}`;
+  let ips: IPAddr[];
+  try {
+    ips = resultAddresses(out.stdout);
+  } catch (e) {
+    return new CniError(ErrorCode.Internal, `weftd: the result of the ADD of ${what} cannot be read: ${errorMessage(e)}`);
+  }
+  // Per request, so AbortSignal.any keeps nothing on a long-lived signal.
+  const signal = AbortSignal.any([waits, AbortSignal.timeout(opts.boundMs)]);
+  try {
+    await untilAborted(hooks.podAdded(pod, ips, signal), signal);
+    return null;
+  } catch (e) {
+    const why = waits.aborted
+      ? 'weftd is stopping'
+      : e instanceof AbortedError || signal.aborted
+        ? `the API server does not show the pod on this node, or its rules were not written, within ${opts.boundMs / 1000} s`
+        : errorMessage(e);
+    opts.logger.warn('CNI ADD answered with an error: the pod\'s NetworkPolicy is not in place', { pod: what, error: why });
+    return new CniError(ErrorCode.TryAgainLater, `weftd: the NetworkPolicy of ${what} is not in place: ${why}`);
+  }
 }

@@ -49,9 +49,7 @@ import {
 } from './frame.js';
 import { PluginRunError, type PluginExecutor } from './executor.js';
 import { PluginProcess } from './plugin-process.js';
-import type { CniPod } from '../policy/engine.js';
-import type { IPAddr } from '../util/ip.js';
-import { type CniPodHooks, podOfRequest, resultAddresses } from './pod-hooks.js';
+import { type CniPodHooks, runPodHooks } from './pod-hooks.js';
 import { KeyedLock, Slots } from './sync.js';
 import {
   CNI_SERVER_PLUGINS,
@@ -458,7 +456,8 @@ export class CniServer {
         const out = await this.executor.run(plugin, env, req.stdin);
         // The plugin is done: its slot is free for others while the hooks wait.
         releaseSlot();
-        const hookError = nested || !this.opts.podHooks ? null : await this.runPodHooks(this.opts.podHooks, verb, req.env, out, waits);
+        const hooks = this.opts.podHooks;
+        const hookError = nested || !hooks ? null : await runPodHooks(hooks, verb, req.env, out, waits, { boundMs: this.opts.podHookTimeoutMs ?? 10_000, logger: this.opts.logger });
         if (hookError) return { reply: errorReply(hookError), result: 'error' };
         return { reply: statusReply(out.exitCode, out.stdout, out.stderr), result: out.exitCode === 0 ? 'ok' : 'error' };
       } catch (e) {
@@ -492,56 +491,6 @@ export class CniServer {
     }
     if (started && (outcome.result === 'timeout' || outcome.result === 'error')) this.watchAbandoned(work, plugin, verb, containerId);
     return outcome;
-  }
-
-  /**
-   * A DEL tells the hooks the pod's addresses go; a successful ADD waits, bounded, until the hooks
-   * have put in place what depends on them. The error the ADD is answered with instead, or null.
-   */
-  private async runPodHooks(hooks: CniPodHooks, verb: string, reqEnv: Readonly<Record<string, string>>, out: { exitCode: number; stdout: string }, waits: AbortSignal): Promise<CniError | null> {
-    if (verb !== 'ADD' && verb !== 'DEL') return null;
-    let pod: CniPod | null;
-    try {
-      pod = podOfRequest(reqEnv);
-    } catch (e) {
-      // The plugins accepted CNI_ARGS; a pod name that is not a Kubernetes name is no pod of ours.
-      return verb === 'ADD' && out.exitCode === 0 && e instanceof CniError ? e : null;
-    }
-    if (pod === null) return null;
-    if (verb === 'DEL') {
-      hooks.podDeleted(pod);
-      return null;
-    }
-    if (out.exitCode !== 0) return null;
-    const what = `pod ${pod.namespace}/${pod.name}`;
-    let ips: IPAddr[];
-    try {
-      ips = resultAddresses(out.stdout);
-    } catch (e) {
-      return new CniError(ErrorCode.Internal, `weftd: the result of the ADD of ${what} cannot be read: ${errorMessage(e)}`);
-    }
-    const boundMs = this.opts.podHookTimeoutMs ?? 10_000;
-    const ctl = new AbortController();
-    const onAbort = () => ctl.abort();
-    waits.addEventListener('abort', onAbort, { once: true });
-    const timer = setTimeout(() => ctl.abort(), boundMs);
-    try {
-      const gaveUp = new Promise<never>((_resolve, reject) => ctl.signal.addEventListener('abort', () => reject(new AbortedError()), { once: true }));
-      await Promise.race([hooks.podAdded(pod, ips, ctl.signal), gaveUp]);
-      return null;
-    } catch (e) {
-      const why = waits.aborted
-        ? 'weftd is stopping'
-        : e instanceof AbortedError
-          ? `the API server does not show the pod on this node, or its rules were not written, within ${boundMs / 1000} s`
-          : errorMessage(e);
-      this.opts.logger.warn('CNI ADD answered with an error: the pod\'s NetworkPolicy is not in place', { pod: what, error: why });
-      return new CniError(ErrorCode.TryAgainLater, `weftd: the NetworkPolicy of ${what} is not in place: ${why}`);
-    } finally {
-      clearTimeout(timer);
-      waits.removeEventListener('abort', onAbort);
-      ctl.abort();
-    }
   }
 
   /** Counts a request answered before its work settled until it does. */

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { FatalError } from '../daemon/daemon.js';
 import type { NetworkConfig } from '../subnet/config.js';
 import type { KubeClient } from '../subnet/kube/client.js';
-import { AbortedError, delay } from '../util/backoff.js';
+import { AbortedError, delay, untilAborted } from '../util/backoff.js';
 import { errorMessage } from '../util/errors.js';
 import type { IPAddr } from '../util/ip.js';
 import type { Logger } from '../util/log.js';
@@ -95,7 +95,7 @@ export class PolicyEnforcer {
     await this.enableBridgeNetfilter();
     this.source.start();
     try {
-      await Promise.race([this.source.synced, aborted(signal)]);
+      await untilAborted(this.source.synced, signal);
       this.enqueue(this.rewriteStep);
       await this.queue;
       while (!signal.aborted) {
@@ -319,11 +319,4 @@ export class PolicyEnforcer {
       }
     }
   }
-}
-
-function aborted(signal: AbortSignal): Promise<never> {
-  return new Promise((_resolve, reject) => {
-    if (signal.aborted) reject(new AbortedError());
-    signal.addEventListener('abort', () => reject(new AbortedError()), { once: true });
-  });
 }

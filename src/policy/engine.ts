@@ -49,26 +49,11 @@ import { carve, intervalsContain, mergeIntervals } from './ipblock.js';
 import { type Direction, type LocalPodPolicy, peerPortKey, type PolicyDelta, type PolicySnapshot, type RuleInfo, ruleSetId, type SetContent } from './model.js';
 import { type Namespace, type NetworkPolicy, type Pod, podActive, type PolicyRule } from './objects.js';
 import { type Protocol, resolveNamed, resolvePorts } from './ports.js';
+import { type CniPod, LocalAddressBook } from './local-addresses.js';
 import { indexableRequirements, type Labels, matches } from './selector.js';
 
 export { ruleId };
-
-/** A pod as a CNI request names it: CNI_ARGS' namespace, name and (when given) UID, and the sandbox. */
-export interface CniPod {
-  readonly namespace: string;
-  readonly name: string;
-  readonly uid: string | null;
-  /** The container ID of the pod sandbox (CNI_CONTAINERID). */
-  readonly sandbox: string;
-}
-
-/** What a CNI ADD said of a local pod: its addresses, or (after its DEL, `ips` null) those it had. */
-interface LocalAddresses {
-  readonly sandbox: string;
-  readonly uid: string | null;
-  readonly ips: readonly IPAddr[] | null;
-  readonly released: readonly IPAddr[];
-}
+export type { CniPod };
 
 export class PolicyEngine {
   private readonly namespaces = new Map<string, NsState>();
@@ -86,15 +71,12 @@ export class PolicyEngine {
   private readonly namedWide = new Map<string, Set<RuleState>>();
   private readonly ipIndex = new Map<string, Set<PodState>>();
   private readonly lastViews = new Map<string, string>();
-  /**
-   * Addresses this node's CNI ADD gave a local pod (setLocalAddresses), ahead of the API: they
-   * stand for the pod's own until the pod is deleted, so its rules exist before its first packet.
-   */
-  private readonly localAddresses = new Map<string, LocalAddresses>();
-  /** The pods as the API last gave them (before localAddresses), to re-apply on a change of those. */
-  private readonly apiPods = new Map<string, Pod>();
+  /** What this node's CNI ADDs and DELs said of its pods' addresses, and the API's pods. */
+  private readonly cni: LocalAddressBook;
 
-  constructor(readonly nodeName: string) {}
+  constructor(readonly nodeName: string) {
+    this.cni = new LocalAddressBook(nodeName);
+  }
 
   // ---- namespaces ----
 
@@ -129,10 +111,7 @@ export class PolicyEngine {
   upsertPod(apiPod: Pod): PolicyDelta {
     const d = new DeltaBuilder();
     const key = podKey(apiPod.namespace, apiPod.name);
-    this.apiPods.set(key, apiPod);
-    const local = this.localAddresses.get(key);
-    const mine = local !== undefined && apiPod.nodeName === this.nodeName && (local.uid === null || local.uid === apiPod.uid);
-    const pod = mine ? { ...apiPod, ips: local.ips ?? apiPod.ips.filter((ip) => !local.released.some((r) => r.equals(ip))) } : apiPod;
+    const pod = this.cni.effective(key, apiPod);
     let ps = this.pods.get(key);
     const candidates = new Set<RuleState>();
     if (ps) {
@@ -162,44 +141,37 @@ export class PolicyEngine {
   }
 
   /**
-   * The addresses a CNI ADD of sandbox `pod.sandbox` on this node gave the pod. They are the pod's
-   * from now on, whatever the API's status says, until the pod (that UID, when the runtime named
-   * it) is deleted from the API; a pod the API has not shown yet gets them when it arrives.
+   * The addresses a CNI ADD of sandbox `pod.sandbox` on this node gave the pod: its own from now
+   * on, whatever the API's status says (local-addresses.ts); a pod the API has not shown yet gets
+   * them when it arrives.
    */
   setLocalAddresses(pod: CniPod, ips: readonly IPAddr[]): PolicyDelta {
     const key = podKey(pod.namespace, pod.name);
-    this.localAddresses.set(key, { sandbox: pod.sandbox, uid: pod.uid, ips, released: [] });
-    const api = this.apiPods.get(key);
-    return api ? this.upsertPod(api) : finishDelta(new DeltaBuilder(), this.pods, this.lastViews);
+    this.cni.added(key, pod, ips);
+    return this.reapply(key);
   }
 
-  /**
-   * A CNI DEL of sandbox `pod.sandbox`: the addresses it gave the pod are gone, even if the API's
-   * status still lists them (it may list others later: a sandbox whose ADD weftd did not see).
-   * Another sandbox's DEL (a repeated DEL of an old one) changes nothing.
-   */
+  /** A CNI DEL of sandbox `pod.sandbox`: the addresses it gave the pod are gone (another sandbox's DEL changes nothing). */
   releaseLocalAddresses(pod: CniPod): PolicyDelta {
     const key = podKey(pod.namespace, pod.name);
-    const local = this.localAddresses.get(key);
-    if (local?.sandbox !== pod.sandbox || local.ips === null) return finishDelta(new DeltaBuilder(), this.pods, this.lastViews);
-    this.localAddresses.set(key, { ...local, ips: null, released: local.ips });
-    const api = this.apiPods.get(key);
-    return api ? this.upsertPod(api) : finishDelta(new DeltaBuilder(), this.pods, this.lastViews);
+    return this.cni.deleted(key, pod) ? this.reapply(key) : finishDelta(new DeltaBuilder(), this.pods, this.lastViews);
   }
 
   /** Whether the API shows `pod` (by UID when given) bound to this node. */
   isLocalPod(pod: Pick<CniPod, 'namespace' | 'name' | 'uid'>): boolean {
-    const api = this.apiPods.get(podKey(pod.namespace, pod.name));
-    return api !== undefined && api.nodeName === this.nodeName && (pod.uid === null || api.uid === pod.uid);
+    return this.cni.isLocal(podKey(pod.namespace, pod.name), pod);
+  }
+
+  /** The API's pod `key` again, after what the CNI said of it changed. */
+  private reapply(key: string): PolicyDelta {
+    const api = this.cni.apiPod(key);
+    return api ? this.upsertPod(api) : finishDelta(new DeltaBuilder(), this.pods, this.lastViews);
   }
 
   deletePod(namespace: string, name: string): PolicyDelta {
     const d = new DeltaBuilder();
     const key = podKey(namespace, name);
-    const local = this.localAddresses.get(key);
-    // A pod re-created under the same name may have had its ADD before the old one's deletion.
-    if (local !== undefined && (local.uid === null || local.uid === this.apiPods.get(key)?.uid)) this.localAddresses.delete(key);
-    this.apiPods.delete(key);
+    this.cni.apiDeleted(key);
     const ps = this.pods.get(key);
     if (ps) {
       this.unindexPod(ps);

@@ -7,6 +7,15 @@ export class AbortedError extends Error {
   }
 }
 
+/** `work`, or AbortedError as soon as `signal` aborts (the work itself goes on, unheeded). */
+export function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  const aborted = new Promise<never>((_resolve, reject) => {
+    if (signal.aborted) reject(new AbortedError());
+    signal.addEventListener('abort', () => reject(new AbortedError()), { once: true });
+  });
+  return Promise.race([work, aborted]);
+}
+
 /** Resolves after `ms`, or rejects with AbortedError as soon as `signal` aborts. */
 export function delay(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {

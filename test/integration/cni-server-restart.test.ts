@@ -15,7 +15,7 @@ import { execProgram, type ExecResult } from '../../src/util/exec.js';
 import { hostLocalReservations } from '../helpers/cni-client.js';
 import { Cluster, type Host } from '../helpers/cluster.js';
 import { addNetns, delNetns, ipn, nsPrefix } from '../helpers/netns.js';
-import { flannelNetConf } from '../helpers/cni.js';
+import { cniEnv, flannelNetConf } from '../helpers/cni.js';
 import { waitFor } from '../helpers/wait.js';
 
 const NETWORK = 'wtcr';
@@ -37,16 +37,7 @@ describe('CNI calls while weftd is killed or restarted (integration, namespaces)
 
   /** The native client as a runtime runs it: in the host namespace, only PATH and CNI_* (plus the socket). */
   function flannel(command: string, i: number): Promise<ExecResult> {
-    const env = {
-      PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin',
-      WEFT_CNI_SOCKET: h.cniSocket,
-      WEFT_CNI_TIMEOUT_MS: String(CLIENT_TIMEOUT_MS),
-      CNI_COMMAND: command,
-      CNI_CONTAINERID: `ctr-${i}`,
-      CNI_NETNS: `/run/netns/${pods[i]}`,
-      CNI_IFNAME: 'eth0',
-      CNI_PATH: BIN,
-    };
+    const env = cniEnv({ bin: join(BIN, 'flannel'), command, containerId: `ctr-${i}`, netns: `/run/netns/${pods[i]}`, env: { WEFT_CNI_TIMEOUT_MS: String(CLIENT_TIMEOUT_MS) } }, h.cniSocket);
     return execProgram('ip', ['netns', 'exec', h.ns, join(BIN, 'flannel')], { env, input: conf(), timeoutMs: CLIENT_TIMEOUT_MS + 30_000 });
   }
 

@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { podChainName } from '../../src/policy/nft/layout.js';
 import { execProgram, type ExecResult } from '../../src/util/exec.js';
 import { hostLocalReservations } from '../helpers/cni-client.js';
-import { cniBinDir, flannelNetConf } from '../helpers/cni.js';
+import { cniBinDir, cniEnv, flannelNetConf } from '../helpers/cni.js';
 import { Cluster, ETCD_IP, type Host } from '../helpers/cluster.js';
 import { FakeKube, type JsonObject } from '../helpers/fake-kube.js';
 import { addNetns, delNetns, nsExec, nsPrefix } from '../helpers/netns.js';
@@ -68,17 +68,17 @@ describe('weftd --network-policy: a CNI ADD is answered once the pod\'s policy i
    * `ctr` is the sandbox (CNI_CONTAINERID, and its netns).
    */
   async function flannel(command: 'ADD' | 'DEL', pod: string, ctr = pod): Promise<ExecResult & { ms: number }> {
-    const env = {
-      PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin',
-      WEFT_CNI_SOCKET: h.cniSocket,
-      WEFT_CNI_TIMEOUT_MS: String(CLIENT_TIMEOUT_MS),
-      CNI_COMMAND: command,
-      CNI_CONTAINERID: `ctr-${ctr}`,
-      CNI_NETNS: `/run/netns/${await netnsOf(ctr)}`,
-      CNI_IFNAME: 'eth0',
-      CNI_PATH: bin,
-      CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${NS};K8S_POD_NAME=${pod};K8S_POD_INFRA_CONTAINER_ID=ctr-${ctr}`,
-    };
+    const env = cniEnv(
+      {
+        bin: join(bin, 'flannel'),
+        command,
+        containerId: `ctr-${ctr}`,
+        netns: `/run/netns/${await netnsOf(ctr)}`,
+        args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${NS};K8S_POD_NAME=${pod};K8S_POD_INFRA_CONTAINER_ID=ctr-${ctr}`,
+        env: { WEFT_CNI_TIMEOUT_MS: String(CLIENT_TIMEOUT_MS) },
+      },
+      h.cniSocket,
+    );
     const t0 = performance.now();
     const r = await execProgram('ip', ['netns', 'exec', h.ns, join(bin, 'flannel')], { env, input: conf(), timeoutMs: CLIENT_TIMEOUT_MS + 30_000 });
     return { ...r, ms: Math.round(performance.now() - t0) };

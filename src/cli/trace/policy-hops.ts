@@ -30,18 +30,23 @@ export async function fetchPolicy(endpoint: string, packet: Packet, notes: strin
   }
 }
 
+/** The deciding rule as weftd names it, or why there is none. */
+function isBy(by: unknown): by is PolicyDecision['by'] {
+  if (by === 'unrestricted' || by === 'default-deny') return true;
+  const r = by as Record<string, unknown> | null;
+  return typeof r === 'object' && r !== null && typeof r['namespace'] === 'string' && typeof r['policy'] === 'string' && Number.isInteger(r['rule']);
+}
+
+function isDecision(x: unknown): x is PolicyDecision {
+  const o = x as Record<string, unknown> | null;
+  return typeof o === 'object' && o !== null && (o['direction'] === 'ingress' || o['direction'] === 'egress') && typeof o['pod'] === 'string' && typeof o['allowed'] === 'boolean' && isBy(o['by']);
+}
+
 function parseAnswer(doc: unknown): PolicyAnswer {
-  const d = doc as { programmed?: unknown; decisions?: unknown };
+  const d = doc as { programmed?: unknown; decisions?: unknown } | null;
   if (typeof d?.programmed !== 'boolean' || !Array.isArray(d.decisions)) throw new Error('not a policy answer');
-  const decisions = (d.decisions as unknown[]).map((x): PolicyDecision => {
-    const o = x as Record<string, unknown>;
-    const by = o['by'];
-    const okBy =
-      by === 'unrestricted' || by === 'default-deny' || (typeof by === 'object' && by !== null && typeof (by as Record<string, unknown>)['policy'] === 'string' && typeof (by as Record<string, unknown>)['namespace'] === 'string' && Number.isInteger((by as Record<string, unknown>)['rule']));
-    if ((o['direction'] !== 'ingress' && o['direction'] !== 'egress') || typeof o['pod'] !== 'string' || typeof o['allowed'] !== 'boolean' || !okBy) throw new Error(`not a policy decision: ${JSON.stringify(x)}`);
-    return o as unknown as PolicyDecision;
-  });
-  return { programmed: d.programmed, decisions };
+  for (const x of d.decisions as unknown[]) if (!isDecision(x)) throw new Error(`not a policy decision: ${JSON.stringify(x)}`);
+  return { programmed: d.programmed, decisions: d.decisions as PolicyDecision[] };
 }
 
 export function policyHops(answer: PolicyAnswer | null, packet: Packet, hops: Hop[]): void {

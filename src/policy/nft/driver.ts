@@ -1,12 +1,12 @@
 // Applies the policy table with `nft -f -` (one transaction per snapshot or delta), reads it back
 // with `nft -j list table inet weft_policy` and compares it with the desired state; repair
 // replaces the whole table in one transaction — the safety net, not the event path.
-import { IPAddr, IPNet } from '../../util/ip.js';
+import { IPAddr } from '../../util/ip.js';
 import { errorMessage } from '../../util/errors.js';
 import { runCommand } from '../../util/exec.js';
 import { applyDelta, emptySnapshot, type MutableSnapshot, type PolicyDelta, type PolicySnapshot } from '../model.js';
 import { BASE_CHAINS, BASE_PRIORITY, TABLE_FAMILY, TABLE_NAME } from './layout.js';
-import { type DesiredTable, renderDelta, renderDeleteTable, renderFull, type RenderOptions } from './render.js';
+import { type DesiredTable, renderDelta, renderDeleteTable, renderFull, type RenderOptions, type SetKind } from './render.js';
 
 /** Runs nft with `args` (and `input` on stdin); resolves with stdout, rejects on failure. */
 export type NftRun = (args: readonly string[], input?: string) => Promise<string>;
@@ -155,21 +155,9 @@ function counterPackets(expr: unknown): number {
 }
 
 /** An element as nft -j prints it → the key render.ts uses (address, "first-last", "ip proto port"). */
-function elementKey(el: unknown, kind: 'addresses' | 'intervals' | 'peerPorts'): string {
+function elementKey(el: unknown, kind: SetKind): string {
   if (el && typeof el === 'object' && 'elem' in el) el = (el as { elem: { val: unknown } }).elem.val;
   if (kind === 'addresses' && typeof el === 'string') return IPAddr.parse(el).toString();
-  if (kind === 'intervals') {
-    if (typeof el === 'string') {
-      const a = IPAddr.parse(el);
-      return `${a.value}-${a.value}`;
-    }
-    const o = el as { prefix?: { addr: string; len: number }; range?: [string, string] };
-    if (o.prefix) {
-      const n = IPNet.of(IPAddr.parse(o.prefix.addr), o.prefix.len);
-      return `${n.first}-${n.last}`;
-    }
-    if (o.range) return `${IPAddr.parse(o.range[0]).value}-${IPAddr.parse(o.range[1]).value}`;
-  }
   if (kind === 'peerPorts') {
     const c = (el as { concat?: unknown[] }).concat;
     if (Array.isArray(c) && c.length === 3) return `${IPAddr.parse(String(c[0])).toString()} ${String(c[1]).toLowerCase()} ${Number(c[2])}`;
@@ -182,45 +170,35 @@ function diffKeys(what: string, want: Set<string>, have: Set<string>, out: strin
   for (const k of have) if (!want.has(k)) out.push(`${what}: unexpected ${k}`);
 }
 
+/** Each wanted object missing or differing (`differ` says how), then each listed one not wanted. */
+function compareObjects<W, H>(kind: string, want: ReadonlyMap<string, W>, have: ReadonlyMap<string, H>, p: string[], differ: (name: string, w: W, h: H) => void): void {
+  for (const [name, w] of want) {
+    const h = have.get(name);
+    if (h === undefined) p.push(`${kind} ${name} missing`);
+    else differ(name, w, h);
+  }
+  for (const name of have.keys()) if (!want.has(name)) p.push(`unexpected ${kind} ${name}`);
+}
+
 /** Problems of the listed table against the desired one, as lines a log can show. */
 export function compareTable(want: DesiredTable, have: ListedPolicyTable): string[] {
   const p: string[] = [];
-  for (const [name, s] of want.sets) {
-    const h = have.sets.get(name);
-    if (!h) {
-      p.push(`set ${name} missing`);
-      continue;
-    }
-    diffKeys(`set ${name}`, s.keys, new Set(h.elements.map((e) => elementKey(e, s.kind))), p);
-  }
-  for (const name of have.sets.keys()) if (!want.sets.has(name)) p.push(`unexpected set ${name}`);
-  for (const [name, m] of want.maps) {
-    const h = have.maps.get(name);
-    if (!h) {
-      p.push(`map ${name} missing`);
-      continue;
-    }
+  compareObjects('set', want.sets, have.sets, p, (name, s, h) => diffKeys(`set ${name}`, s.keys, new Set(h.elements.map((e) => elementKey(e, s.kind))), p));
+  compareObjects('map', want.maps, have.maps, p, (name, m, h) => {
     const haveKeys = new Set<string>();
     for (const e of h) {
       const [k, v] = e as [string, { jump?: { target?: string } }];
       haveKeys.add(`${IPAddr.tryParse(String(k))?.toString() ?? String(k)} → ${v?.jump?.target ?? JSON.stringify(v)}`);
     }
     diffKeys(`map ${name}`, new Set([...m].map(([k, c]) => `${k} → ${c}`)), haveKeys, p);
-  }
-  for (const name of have.maps.keys()) if (!want.maps.has(name)) p.push(`unexpected map ${name}`);
-  for (const [name, comments] of want.chains) {
-    const c = have.chains.get(name);
-    if (!c) {
-      p.push(`chain ${name} missing`);
-      continue;
-    }
+  });
+  compareObjects('chain', want.chains, have.chains, p, (name, comments, c) => {
     const base = BASE_CHAINS.find((b) => b.name === name);
     if (base && (c.type !== 'filter' || c.hook !== base.hook || c.prio !== BASE_PRIORITY || c.policy !== 'accept')) {
       p.push(`chain ${name} is not a filter ${base.hook} chain at priority ${BASE_PRIORITY} with policy accept`);
     }
     const got = have.rules.get(name) ?? [];
     if (got.length !== comments.length || got.some((g, i) => g !== comments[i])) p.push(`chain ${name}: rules differ (${got.length} listed, ${comments.length} wanted)`);
-  }
-  for (const name of have.chains.keys()) if (!want.chains.has(name)) p.push(`unexpected chain ${name}`);
+  });
   return p;
 }

@@ -38,7 +38,8 @@ const familiesOf = (opts: RenderOptions): readonly Fam[] => opts.families ?? FAM
 /** An engine set's content by id (ipBlock intervals are rendered into the rules that use them). */
 type SetLookup = (id: string) => SetContent | undefined;
 
-export type SetKind = SetContent['kind'];
+/** The kinds of set the table holds (ipBlock intervals are written into the rules). */
+export type SetKind = 'addresses' | 'peerPorts';
 
 /** What the table must hold, in the terms a read-back is compared in (see driver.ts). */
 export interface DesiredTable {
