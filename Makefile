@@ -54,3 +54,28 @@ bench: deps build
 
 clean:
 	rm -rf dist
+
+# The container image (image/build.sh, README "Container image"): podman, runc and debootstrap
+# from Debian, only for these targets. IMAGE_PODMAN_OPTS: extra global podman options, e.g.
+# `--root DIR --runroot DIR` for another storage; IMAGE_BUILD_ARGS: e.g. --no-cache (take Debian's
+# updates into a new base layer). WEFT_IMAGE_EXTRA_PACKAGES=openvswitch-switch for ovs nodes.
+IMAGE_APT_PACKAGES := podman runc debootstrap debian-archive-keyring
+IMAGE_APT_PROBES := podman runc debootstrap /usr/share/keyrings/debian-archive-keyring.gpg
+IMAGE_VERSION = $(shell node -p 'require("./package.json").version')
+IMAGE_ARCHIVE ?= image/out/weft-$(IMAGE_VERSION).tar
+IMAGE_PODMAN_OPTS ?=
+IMAGE_BUILD_ARGS ?=
+image image-save test-image: APT_PACKAGES += $(IMAGE_APT_PACKAGES)
+image image-save test-image: APT_PROBES += $(IMAGE_APT_PROBES)
+
+.PHONY: image image-save test-image
+
+image: apt-deps build
+	WEFT_PODMAN_OPTS='$(IMAGE_PODMAN_OPTS)' bash image/build.sh $(IMAGE_BUILD_ARGS)
+
+image-save: apt-deps build
+	WEFT_PODMAN_OPTS='$(IMAGE_PODMAN_OPTS)' bash image/build.sh $(IMAGE_BUILD_ARGS) --save $(IMAGE_ARCHIVE)
+
+# Builds into a temporary podman storage of its own (the Debian layer from /var/cache/weft-image).
+test-image: deps build
+	WEFT_TEST_BUILT=1 npx mocha test/image/image.test.ts

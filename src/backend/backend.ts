@@ -8,6 +8,7 @@ import type { WeftSubnetEnv } from '../subnetenv/format.js';
 import type { IPAddr } from '../util/ip.js';
 import type { Logger } from '../util/log.js';
 import type { Repairs } from './kernel/diff.js';
+import type { PolicyFlowSection } from './ovs/policy-section.js';
 
 /** The node's interface towards its peers (chosen by the daemon from --iface and friends). */
 export interface ExternalInterface {
@@ -36,6 +37,8 @@ export interface BackendContext {
   /** Our lease as the store had it before this start (to keep the VTEP MAC across reboots). */
   readonly previousLease?: Lease | null;
   readonly metrics?: BackendMetrics;
+  /** With --network-policy: the flows the ovs backend hosts for the policy enforcer (other backends ignore it). */
+  readonly policyFlows?: PolicyFlowSection;
 }
 
 export interface Prepared {

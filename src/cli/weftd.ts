@@ -77,7 +77,7 @@ async function main(argv: string[]): Promise<number> {
       blackholeRoute: flags.ipBlackholeRoute,
       reconcileInterval: flags.reconcileInterval,
     },
-    { manager, backends, rules, logger, metrics },
+    { manager, backends, rules, logger, metrics, ...(policy ? { policyFlows: policy.flowSection } : {}) },
   );
 
   // Ready: the lease held and subnet.env written, and with --network-policy the whole rule set

@@ -7,6 +7,7 @@ import { dirname } from 'node:path';
 
 import type { Backend, BackendPass, BackendRegistry, ExternalInterface, Prepared } from '../backend/backend.js';
 import { PeerSet } from '../backend/peer-set.js';
+import type { PolicyFlowSection } from '../backend/ovs/policy-section.js';
 import { RulesSetupError, ruleInputs, type RulesManager } from '../ipmasq/manager.js';
 import { ConfigError, type NetworkConfig } from '../subnet/config.js';
 import { leaseId, type Lease } from '../subnet/lease.js';
@@ -43,6 +44,8 @@ export interface DaemonDeps {
   readonly logger: Logger;
   readonly metrics: DaemonMetrics;
   readonly systemView?: SystemView;
+  /** With --network-policy: where an ovs backend hosts the policy enforcer's flows. */
+  readonly policyFlows?: PolicyFlowSection;
 }
 
 /** The daemon cannot go on; the message says why in one line. */
@@ -136,6 +139,7 @@ export class Daemon {
         previousLease,
         metrics,
         logger: log.child({ backend: config.backend.type }),
+        ...(this.deps.policyFlows ? { policyFlows: this.deps.policyFlows } : {}),
       });
     } catch (e) {
       throw new FatalError(errorMessage(e));

@@ -122,9 +122,9 @@ export class OvsClient {
     });
   }
 
-  /** `ovs-ofctl dump-flows --no-stats` lines (header dropped), optionally filtered. */
-  async dumpFlows(bridge: string, filter?: string): Promise<string[]> {
-    const out = await this.ofctl('dump-flows', bridge, ['--no-stats', ...(filter ? [filter] : [])]);
+  /** `ovs-ofctl dump-flows --no-stats` lines (header dropped), optionally filtered; with packet counts when `stats`. */
+  async dumpFlows(bridge: string, filter?: string, stats = false): Promise<string[]> {
+    const out = await this.ofctl('dump-flows', bridge, [...(stats ? [] : ['--no-stats']), ...(filter ? [filter] : [])]);
     return out
       .split('\n')
       .map((l) => l.trim())

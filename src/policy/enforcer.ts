@@ -13,7 +13,6 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
-import { FatalError } from '../daemon/daemon.js';
 import type { NetworkConfig } from '../subnet/config.js';
 import type { KubeClient } from '../subnet/kube/client.js';
 import { AbortedError, delay, untilAborted } from '../util/backoff.js';
@@ -21,13 +20,16 @@ import { errorMessage } from '../util/errors.js';
 import type { IPAddr } from '../util/ip.js';
 import type { Logger } from '../util/log.js';
 import { type CniPod, PolicyEngine } from './engine.js';
-import { countPackets, type PolicyMetrics } from './counters.js';
+import type { PolicyMetrics } from './counters.js';
+import type { PolicyDataplane } from './dataplane.js';
 import { explainPacket, type PolicyAnswer } from './explain.js';
 import type { Protocol } from './ports.js';
 import { KubePolicySource } from './kube-source.js';
 import { isEmptyDelta, type PolicyDelta } from './model.js';
 import { PolicyNftDriver, runNft, type NftRun } from './nft/driver.js';
 import type { Fam } from './nft/layout.js';
+import { PolicyOvsDriver } from './ovs/driver.js';
+import { PolicyFlowSection } from '../backend/ovs/policy-section.js';
 
 /** The sysctls that send bridged IPv4/IPv6 traffic through the inet hooks (br_netfilter). */
 export const BRIDGE_NF_SYSCTLS = ['bridge-nf-call-iptables', 'bridge-nf-call-ip6tables'] as const;
@@ -60,8 +62,10 @@ const POD_WAIT_POLL_MS = 25;
 
 export class PolicyEnforcer {
   private readonly engine: PolicyEngine;
-  /** Made in run(), once the network config says which address families exist. */
-  private driver: PolicyNftDriver | null = null;
+  /** Made in run(), once the network config says which dataplane and address families there are. */
+  private driver: PolicyDataplane | null = null;
+  /** Where the ovs backend hosts the rule flows on an ovs node (weftd hands it to the backend). */
+  readonly flowSection: PolicyFlowSection;
   private readonly source: KubePolicySource;
   /** Deltas are applied one transaction after another, in order. */
   private queue: Promise<void> = Promise.resolve();
@@ -76,6 +80,7 @@ export class PolicyEnforcer {
 
   constructor(private readonly opts: PolicyEnforcerOptions) {
     this.engine = new PolicyEngine(opts.nodeName);
+    this.flowSection = new PolicyFlowSection(opts.logger);
     this.source = new KubePolicySource({
       client: opts.client,
       engine: this.engine,
@@ -92,7 +97,7 @@ export class PolicyEnforcer {
   /** Runs until `signal` aborts: sysctls, sync, the first full write, then deltas and the timer. */
   async run(signal: AbortSignal): Promise<void> {
     this.driver = await this.makeDriver(signal);
-    await this.enableBridgeNetfilter();
+    if (this.driver instanceof PolicyNftDriver) await this.enableBridgeNetfilter();
     this.source.start();
     try {
       await untilAborted(this.source.synced, signal);
@@ -111,7 +116,8 @@ export class PolicyEnforcer {
 
   /** The decisions for one packet at this node's pods, from what is programmed (`weft trace`). */
   explain(src: IPAddr, dst: IPAddr, protocol: Protocol | null, port: number): PolicyAnswer {
-    return { programmed: this.programmed && !this.uncertain, decisions: this.driver ? explainPacket(this.driver.programmed, src, dst, protocol, port) : [] };
+    const conjunctions = this.driver instanceof PolicyOvsDriver ? this.driver.conjunctions() : undefined;
+    return { programmed: this.programmed && !this.uncertain, decisions: this.driver ? explainPacket(this.driver.programmed, src, dst, protocol, port, conjunctions) : [] };
   }
 
   /**
@@ -258,10 +264,8 @@ export class PolicyEnforcer {
     const problems = await driver.check();
     this.lastCheckMs = performance.now() - t0;
     this.opts.metrics?.recordPolicyCheck();
-    if (driver.lastListing && this.opts.metrics) {
-      const { allowed, denied } = countPackets(driver.programmed, driver.lastListing);
-      this.opts.metrics.recordPolicyPackets(allowed, denied);
-    }
+    const counts = driver.counts();
+    if (counts && this.opts.metrics) this.opts.metrics.recordPolicyPackets(counts.allowed, counts.denied);
     if (problems.length === 0 || driver.generation !== generation) return;
     this.enqueue(async () => {
       if (driver.generation !== generation || this.uncertain) return; // overtaken: looked at again next pass
@@ -274,11 +278,11 @@ export class PolicyEnforcer {
   }
 
   /**
-   * The families the network config enables (single-stack nodes carry half the objects). An ovs
-   * node is refused: its pods' traffic stays in Open vSwitch and never crosses these hooks, so
-   * rules here would look enforced and be not (policy in the OVS pipeline is its own work).
+   * On an ovs node the OVS pipeline's policy tables (its pods' traffic never crosses the nftables
+   * hooks); elsewhere the nftables table, for the families the network config enables
+   * (single-stack nodes carry half the objects).
    */
-  private async makeDriver(signal: AbortSignal): Promise<PolicyNftDriver> {
+  private async makeDriver(signal: AbortSignal): Promise<PolicyDataplane> {
     let config: Awaited<ReturnType<PolicyEnforcerOptions['networkConfig']>>;
     for (let said = false; ; said = true) {
       try {
@@ -290,9 +294,7 @@ export class PolicyEnforcer {
         await delay(CONFIG_RETRY_MS, signal);
       }
     }
-    if (config.backend.type === 'ovs') {
-      throw new FatalError('--network-policy is enforced with nftables on vxlan and host-gw nodes; the ovs backend keeps pod traffic in Open vSwitch, where these rules never see it');
-    }
+    if (config.backend.type === 'ovs') return new PolicyOvsDriver(this.flowSection, signal);
     const families: Fam[] = [...(config.enableIPv4 ? [4 as const] : []), ...(config.enableIPv6 ? [6 as const] : [])];
     return new PolicyNftDriver(this.opts.run ?? runNft, { families, ...(this.opts.logDrops ? { logDrops: true } : {}) });
   }

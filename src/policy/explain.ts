@@ -12,22 +12,52 @@ export interface PolicyDecision {
   readonly allowed: boolean;
   /** The allowing rule's policy, or why there is none. */
   readonly by: { readonly namespace: string; readonly policy: string; readonly rule: number } | 'unrestricted' | 'default-deny';
+  /**
+   * ovs nodes, a decision by a rule: the conjunction ids of that rule's flows in the OVS pipeline
+   * (`weft trace` matches them with the flow the bridge's trace met). Absent on nftables nodes.
+   */
+  readonly conjunctions?: readonly number[];
+  /**
+   * ovs nodes: the conjunction ids of the pod's other rules that allow the packet too (OVS may
+   * meet any allowing rule's flow first: a rule that allows the pod everything is a flow of higher
+   * priority than conjunctions).
+   */
+  readonly otherConjunctions?: readonly number[];
 }
 
-/** `protocol` null: ICMP and other packets without ports; `port` is ignored then. */
-export function explainPacket(state: Pick<PolicySnapshot, 'pods' | 'sets' | 'rules'>, src: IPAddr, dst: IPAddr, protocol: Protocol | null, port: number): PolicyDecision[] {
+/**
+ * `protocol` null: ICMP and other packets without ports; `port` is ignored then. `conjunctions`
+ * (ovs nodes): the OVS driver's conjunction id → rule id, to name the flows of the rules.
+ */
+export function explainPacket(
+  state: Pick<PolicySnapshot, 'pods' | 'sets' | 'rules'>,
+  src: IPAddr,
+  dst: IPAddr,
+  protocol: Protocol | null,
+  port: number,
+  conjunctions?: ReadonlyMap<number, string>,
+): PolicyDecision[] {
   const out: PolicyDecision[] = [];
   const at = (ip: IPAddr) => [...state.pods].filter(([, p]) => p.ips.some((a) => IPAddr.tryParse(a)?.equals(ip)));
+  const idsOf = (ruleIds: ReadonlySet<string>): number[] => [...(conjunctions ?? [])].filter(([, rule]) => ruleIds.has(rule)).map(([id]) => id).sort((a, b) => a - b);
   for (const [direction, self, peer] of [['egress', src, dst], ['ingress', dst, src]] as const) {
     for (const [key, pod] of at(self)) {
-      const v = decide(state, pod[direction], peer.toString(), protocol, port);
+      const dir = pod[direction];
+      const v = decide(state, dir, peer.toString(), protocol, port);
       const rule = state.rules.get(v.by);
-      out.push({
+      const decision: PolicyDecision = {
         direction,
         pod: key,
         allowed: v.allowed,
         by: rule ? { namespace: rule.policy.namespace, policy: rule.policy.name, rule: rule.index } : v.by === 'unrestricted' ? 'unrestricted' : 'default-deny',
-      });
+      };
+      if (!conjunctions || !dir.isolated) {
+        out.push(decision);
+        continue;
+      }
+      // Every other rule of the pod that allows the packet on its own.
+      const others = new Set(dir.rules.filter((ref) => ref.rule !== rule?.id && decide(state, { isolated: true, rules: [ref] }, peer.toString(), protocol, port).allowed).map((ref) => ref.rule));
+      out.push({ ...decision, ...(rule ? { conjunctions: idsOf(new Set([rule.id])) } : {}), otherConjunctions: idsOf(others) });
     }
   }
   return out;

@@ -29,9 +29,15 @@ type Shape =
   | { readonly kind: 'mac' }
   | { readonly kind: 'ipv4' }
   /** An address, or an address with a prefix length 1..32 and no host bits. */
-  | { readonly kind: 'ipv4-or-net' };
+  | { readonly kind: 'ipv4-or-net' }
+  /** Connection tracking state flags, each `+` or `-` (`+trk+est`, `-new+trk`). */
+  | { readonly kind: 'ct-state' };
 
 const U8 = { kind: 'uint', max: 0xffn, hex: false } as const;
+/** A transport port; ovs-ofctl prints it decimal, and hex when masked. */
+const U16_PORT = { kind: 'uint', max: 0xffffn, hex: false, maskable: true } as const;
+/** A conjunction id, decimal as ovs-ofctl prints it. */
+const U32_DEC = { kind: 'uint', max: 0xffff_ffffn, hex: false } as const;
 const U32_HEX = { kind: 'uint', max: 0xffff_ffffn, hex: true, maskable: true } as const;
 const U64_HEX = { kind: 'uint', max: 0xffff_ffff_ffff_ffffn, hex: true } as const;
 /** A switch port: 1 .. OFPP_MAX-1 (0xff00 and up are OpenFlow's reserved ports). */
@@ -44,10 +50,17 @@ const IPV4_OR_NET = { kind: 'ipv4-or-net' } as const;
 const MATCH_FIELDS = {
   ip: null,
   arp: null,
+  tcp: null,
+  udp: null,
+  sctp: null,
+  ct_state: { kind: 'ct-state' },
+  conj_id: U32_DEC,
   in_port: OFPORT,
   tun_id: U64_HEX,
   reg0: U32_HEX,
   reg1: U32_HEX,
+  reg2: U32_HEX,
+  reg3: U32_HEX,
   dl_src: MAC,
   dl_dst: MAC,
   nw_src: IPV4_OR_NET,
@@ -57,6 +70,7 @@ const MATCH_FIELDS = {
   arp_tpa: IPV4_OR_NET,
   arp_sha: MAC,
   arp_tha: MAC,
+  tp_dst: U16_PORT,
 } as const satisfies Record<string, Shape | null>;
 
 /** Fields set_field writes, and the shape of the value written. */
@@ -72,6 +86,8 @@ const SET_FIELDS = {
   tun_id: U64_HEX,
   reg0: U32_HEX,
   reg1: U32_HEX,
+  reg2: U32_HEX,
+  reg3: U32_HEX,
 } as const satisfies Record<string, Shape>;
 
 /** NXM field names for move and output (always whole: `NAME[]`). */
@@ -84,6 +100,8 @@ const NXM_FIELDS = [
   'NXM_OF_ARP_TPA',
   'NXM_NX_REG0',
   'NXM_NX_REG1',
+  'NXM_NX_REG2',
+  'NXM_NX_REG3',
 ] as const;
 
 type Fields = typeof MATCH_FIELDS;
@@ -102,6 +120,14 @@ export type OfAction =
   | { readonly type: 'move'; readonly src: NxmField; readonly dst: NxmField }
   | { readonly type: 'output'; readonly port: number }
   | { readonly type: 'output_field'; readonly field: NxmField }
+  /** Clause `clause` of `clauses` of conjunction `id` (the flow's only kind of action). */
+  | { readonly type: 'conjunction'; readonly id: number; readonly clause: number; readonly clauses: number }
+  /**
+   * Connection tracking in `zone`: without `commit`, look the packet up and continue in `table`
+   * (recirculated with its ct_state); with `commit`, record the connection, copying each
+   * `labels` register into 32 bits of its ct_label from bit `low`.
+   */
+  | { readonly type: 'ct'; readonly zone: number; readonly table?: number; readonly commit?: boolean; readonly labels?: ReadonlyArray<{ readonly src: NxmField; readonly low: 0 | 32 | 64 | 96 }> }
   | { readonly type: 'dec_ttl' | 'normal' | 'drop' | 'in_port' };
 
 export interface OfFlow {
@@ -117,11 +143,17 @@ const COOKIE_MASK = { kind: 'uint', min: 1n, max: 0xffff_ffff_ffff_ffffn, hex: t
 /** 255 is OFPTT_ALL: `table=255` quietly means "no table given". */
 const TABLE = { kind: 'uint', max: 254n, hex: false } as const;
 const PRIORITY = { kind: 'uint', max: 0xffffn, hex: false } as const;
+/** A conjunction has 2..64 clauses (OpenFlow's conjunction action). */
+const CONJ_CLAUSES = { kind: 'uint', min: 2n, max: 64n, hex: false } as const;
+/** Zone 0 is the default one, which ovs-ofctl does not print back: weft names its zone. */
+const CT_ZONE = { kind: 'uint', min: 1n, max: 0xffffn, hex: false } as const;
 
 const refuse = (field: string, value: unknown, reason: string): never => {
   throw new UnsafeValueError(OFCTL, field, typeof value === 'string' ? value : String(value), reason);
 };
 
+const CT_FLAGS = ['new', 'est', 'rel', 'rpl', 'inv', 'trk'];
+const CT_STATE_SHAPE = /^([+-](new|est|rel|rpl|inv|trk))+$/;
 const MAC_SHAPE = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
 const OCTET = '(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])';
 const IPV4_SHAPE = new RegExp(`^${OCTET}(\\.${OCTET}){3}$`);
@@ -149,8 +181,17 @@ function valueText(field: string, value: unknown, shape: Shape): string {
   if (shape.kind === 'uint') {
     return checkWord(OFCTL, field, uintText(uintOf(field, value, shape), shape.hex), OFCTL_SPECIAL);
   }
-  if (typeof value !== 'string') return refuse(field, value, `is not a text ${shape.kind === 'mac' ? 'MAC' : 'IPv4'} value`);
+  if (typeof value !== 'string') return refuse(field, value, `is not a text ${shape.kind === 'mac' ? 'MAC' : shape.kind === 'ct-state' ? 'ct_state' : 'IPv4'} value`);
   switch (shape.kind) {
+    case 'ct-state':
+      checkWord(OFCTL, field, value, without('-'));
+      if (!CT_STATE_SHAPE.test(value)) refuse(field, value, 'is not ct_state flags (+/- new, est, rel, rpl, inv, trk)');
+      {
+        // ovs-ofctl refuses a flag given twice and prints them in bit order: write them that way.
+        const order = value.match(/[a-z]+/g)!.map((f) => CT_FLAGS.indexOf(f));
+        if (order.some((o, i) => i > 0 && o <= order[i - 1]!)) refuse(field, value, `must name each flag once, in the order ${CT_FLAGS.join(', ')}`);
+      }
+      return value;
     case 'mac':
       checkWord(OFCTL, field, value, without(':'));
       if (!MAC_SHAPE.test(value)) refuse(field, value, 'is not a MAC address (six lowercase hex pairs separated by ":")');
@@ -179,7 +220,9 @@ function maskedText(field: string, value: unknown, mask: unknown, shape: Shape):
   const v = uintOf(field, value, shape);
   const m = uintOf(`${field} mask`, mask, { ...shape, min: 1n });
   if ((v & ~m) !== 0n) refuse(field, value, `has bits outside its mask 0x${m.toString(16)}`);
-  return `${valueText(field, v, shape)}/${valueText(`${field} mask`, m, shape)}`;
+  // A masked value prints in hex whatever the field's plain form (tp_dst=0x50/0xfff0).
+  const hex = { ...shape, hex: true };
+  return `${valueText(field, v, hex)}/${valueText(`${field} mask`, m, hex)}`;
 }
 
 function lookup<T>(table: Readonly<Record<string, T>>, kind: string, name: unknown): T {
@@ -216,6 +259,20 @@ export function renderAction(a: OfAction): string {
       return `output:${valueText('output', a.port, OFPORT)}`;
     case 'output_field':
       return `output:${nxm(a.field)}`;
+    case 'conjunction': {
+      const clauses = uintOf('conjunction clauses', a.clauses, CONJ_CLAUSES);
+      const clause = uintOf('conjunction clause', a.clause, { ...CONJ_CLAUSES, min: 1n, max: clauses });
+      return `conjunction(${valueText('conjunction id', a.id, U32_DEC)},${clause}/${clauses})`;
+    }
+    case 'ct': {
+      const parts = [...(a.commit ? ['commit'] : []), ...(a.table === undefined ? [] : [`table=${valueText('ct table', a.table, TABLE)}`]), `zone=${valueText('ct zone', a.zone, CT_ZONE)}`];
+      const labels = (a.labels ?? []).map((l) => {
+        if (![0, 32, 64, 96].includes(l.low)) refuse('ct label bit', l.low, 'is not 0, 32, 64 or 96');
+        return `move:${nxm(l.src)}->NXM_NX_CT_LABEL[${l.low}..${l.low + 31}]`;
+      });
+      if (labels.length > 0 && !a.commit) refuse('ct labels', labels.join(' '), 'are written only with commit');
+      return `ct(${[...parts, ...(labels.length ? [`exec(${labels.join(',')})`] : [])].join(',')})`;
+    }
     case 'dec_ttl':
       return 'dec_ttl';
     case 'normal':
@@ -233,10 +290,12 @@ export function renderAction(a: OfAction): string {
 export function renderFlow(f: OfFlow): string {
   if (f.actions.length === 0) refuse('actions', '', 'a flow needs at least one action (use drop)');
   if (f.actions.length > 1 && f.actions.some((a) => a.type === 'drop')) refuse('actions', 'drop', 'drop must be the only action');
+  if (f.actions.some((a) => a.type === 'conjunction') && f.actions.some((a) => a.type !== 'conjunction')) refuse('actions', 'conjunction', 'a conjunction flow has only conjunction actions');
   const table = uintOf('table', f.table, TABLE);
   for (const a of f.actions) {
     // OpenFlow only goes forward; ovs-ofctl would refuse the whole file.
     if (a.type === 'goto_table' && uintOf('goto_table', a.table, TABLE) <= table) refuse('goto_table', a.table, `does not go past the flow's table ${table}`);
+    if (a.type === 'ct' && a.table !== undefined && uintOf('ct table', a.table, TABLE) <= table) refuse('ct table', a.table, `does not go past the flow's table ${table}`);
   }
   const head = [
     `cookie=${valueText('cookie', f.cookie, COOKIE)}`,
@@ -244,6 +303,11 @@ export function renderFlow(f: OfFlow): string {
     `priority=${valueText('priority', f.priority, PRIORITY)}`,
   ];
   return `${[...head, ...f.match.map(renderMatch)].join(',')},actions=${f.actions.map(renderAction).join(',')}`;
+}
+
+/** The `table=…,priority=…,<match>` that `delete_strict` takes: exactly one flow, whatever its cookie and actions. */
+export function renderStrictSelector(f: Pick<OfFlow, 'table' | 'priority' | 'match'>): string {
+  return [`table=${valueText('table', f.table, TABLE)}`, `priority=${valueText('priority', f.priority, PRIORITY)}`, ...f.match.map(renderMatch)].join(',');
 }
 
 /** Flows one per line, in the order given. */

@@ -3,9 +3,11 @@
 // (netpol-probe-agent.ts) that serves TCP and UDP on the suite's ports and probes other pods on
 // request; and the matrix probe itself (every pod → every other pod, every protocol/port, at once).
 import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import type { Host } from './cluster.js';
+import { cniBinDir, runCni } from './cni.js';
 import { addNetns, delNetns, ipn } from './netns.js';
 import { portKey, type Observed, type ProbePort } from './netpol-reach.js';
 import { WaitAbort, waitFor } from './wait.js';
@@ -31,7 +33,7 @@ function addToV4(ip: string, n: number): string {
  * lease (from subnet.env) and a default route via the cni0 gateway. `destroy()` deletes the
  * namespaces it made (their veths go with them); `host.podNs` belongs to the cluster.
  */
-export class PodAttacher {
+export class PodAttacher implements MatrixPodAttacher {
   private readonly count = new Map<Host, number>();
   private readonly made: string[] = [];
 
@@ -62,6 +64,77 @@ export class PodAttacher {
 
   async destroy(): Promise<void> {
     for (const ns of this.made.splice(0)) await delNetns(ns);
+  }
+}
+
+/** Attaches a pod to a node: its network namespace and its address. */
+export interface MatrixPodAttacher {
+  attach(host: Host, nsName: string): Promise<{ netns: string; ip: string }>;
+  destroy(): Promise<void>;
+}
+
+/**
+ * Attaches pods to an ovs node's br-int the way a runtime does (test/helpers/ovs-pod.ts does it for
+ * the host's one pod namespace): a namespace per pod, then CNI ADD of the flannel bundle, which
+ * reads the subnet.env weftd wrote (WEFT_BACKEND=ovs) and delegates to weft-ovs (veth into the
+ * pod, its host end on br-int with the pod's flows, host-local IPAM). `destroy()` runs CNI DEL for
+ * each pod (its port and flows leave br-int) and deletes the namespaces; every step runs even when
+ * one fails, the first failure is thrown at the end.
+ */
+export class OvsPodAttacher implements MatrixPodAttacher {
+  private readonly made: Array<{ readonly host: Host; readonly netns: string; readonly containerId: string; added: boolean }> = [];
+
+  private conf(host: Host): string {
+    return JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'weft-ovs-netpol',
+      type: 'flannel',
+      subnetFile: host.subnetFile,
+      dataDir: join(host.cluster.dir, `h${host.i}`, 'flannel'),
+      delegate: { isDefaultGateway: true },
+      ipam: { dataDir: join(host.cluster.dir, `h${host.i}`, 'ipam') },
+    });
+  }
+
+  private run(host: Host, command: 'ADD' | 'DEL', netns: string, containerId: string) {
+    return cniBinDir().then((bin) =>
+      runCni(
+        {
+          bin: join(bin, 'flannel'),
+          command,
+          containerId,
+          netns: `/run/netns/${netns}`,
+          args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=${netns}`,
+          hostNs: host.ns,
+        },
+        this.conf(host),
+      ),
+    );
+  }
+
+  async attach(host: Host, nsName: string): Promise<{ netns: string; ip: string }> {
+    const netns = await addNetns(nsName);
+    const containerId = `ctr-${nsName}`;
+    const entry = { host, netns, containerId, added: false };
+    this.made.push(entry);
+    const r = await this.run(host, 'ADD', netns, containerId);
+    if (r.exitCode !== 0) throw new Error(`CNI ADD of ${nsName} on ${host.ns} failed: ${r.stdout}${r.stderr}`);
+    entry.added = true;
+    const ip = (r.json as { ips?: Array<{ address?: string }> } | undefined)?.ips?.[0]?.address?.split('/')[0];
+    if (!ip) throw new Error(`CNI ADD of ${nsName} on ${host.ns} returned no address: ${r.stdout}`);
+    return { netns, ip };
+  }
+
+  async destroy(): Promise<void> {
+    const errors: Error[] = [];
+    for (const p of this.made.splice(0)) {
+      if (p.added) {
+        const r = await this.run(p.host, 'DEL', p.netns, p.containerId).catch((e: Error) => ({ exitCode: -1, stdout: e.message, stderr: '' }));
+        if (r.exitCode !== 0) errors.push(new Error(`CNI DEL of ${p.netns} on ${p.host.ns} failed: ${r.stdout}${r.stderr}`));
+      }
+      await delNetns(p.netns);
+    }
+    if (errors[0]) throw errors[0];
   }
 }
 

@@ -66,6 +66,13 @@ export function expectMatrix(pods: readonly string[], ports: readonly ProbePort[
 /** What a probe round saw: per protocol/port, per "from>to", allowed or not (and why, for messages). */
 export type Observed = ReadonlyMap<string, ReadonlyMap<string, { readonly ok: boolean; readonly detail: string }>>;
 
+/** An observation as sorted lines `<port> <from>><to> allow|deny`: two backends' rounds compare as arrays. */
+export function observedCells(got: Observed): string[] {
+  const out: string[] = [];
+  for (const [port, cells] of got) for (const [pair, r] of cells) out.push(`${port} ${pair} ${r.ok ? 'allow' : 'deny'}`);
+  return out.sort();
+}
+
 /** Every cell (self excluded) where the observation differs from the expectation, one line each. */
 export function wrongCells(want: ReachMatrix, got: Observed): string[] {
   const wrong: string[] = [];

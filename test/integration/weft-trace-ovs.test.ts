@@ -11,8 +11,12 @@ import { listPodInterfaces } from '../../src/backend/ovs/bridge.js';
 import type { Hop, HopKind, TraceReport } from '../../src/cli/trace/types.js';
 import { OvsClient } from '../../src/ovs/cli.js';
 import { validate } from '../fixtures/trace/validate.js';
-import { Cluster, ETCD_IP } from '../helpers/cluster.js';
-import { nsExec } from '../helpers/netns.js';
+import { Cluster, ETCD_IP, type Host } from '../helpers/cluster.js';
+import { FakeKube, type JsonObject } from '../helpers/fake-kube.js';
+import { nsExec, nsPrefix } from '../helpers/netns.js';
+import { NetnsForward } from '../helpers/netns-forward.js';
+import { OvsPodAttacher } from '../helpers/netpol-probe.js';
+import type { OvsInstance } from '../helpers/ovs.js';
 import { startHostOvs, startOvsWeftd, subnetOf, type OvsHost } from '../helpers/ovs-cluster.js';
 import { attachOvsPod } from '../helpers/ovs-pod.js';
 import { waitFor } from '../helpers/wait.js';
@@ -20,8 +24,6 @@ import { runWeft } from '../helpers/weft-cli.js';
 
 const NETWORK = '10.246.0.0/16';
 const CONFIG = { Network: NETWORK, SubnetLen: 24, Backend: { Type: 'ovs', DatapathType: 'netdev', VNI: 1 } };
-
-
 
 function hop<K extends HopKind>(r: TraceReport, kind: K): Extract<Hop, { kind: K }> {
   const h = r.hops.find((x) => x.kind === kind);
@@ -149,5 +151,114 @@ describe('weft trace: ovs backend (OVS netdev datapath in namespaces, etcd, weft
     const p = hop(report, 'pipeline');
     assert.match(p.summary, new RegExp(`^cannot trace the packet through br-int: ovs-vsctl via ${dead.replace(/[.]/g, '\\.')}/db\\.sock: Open vSwitch is not reachable`));
     assert.equal(p.evidence.runDir, dead);
+  });
+});
+
+// NetworkPolicy in the OVS pipeline: one ovs node in Kubernetes mode against the fake API server,
+// weftd with --network-policy, two pods on br-int (x/a app=a, x/b app=b) and a policy allowing b's
+// ingress from app=a on TCP 80 only. The trace follows ofproto/trace through the conntrack
+// recirculation and names the conjunction id (or the default deny flow) that decided, next to
+// weftd's /policy answer, which carries the rule's conjunction ids on ovs nodes.
+describe('weft trace: NetworkPolicy in the OVS pipeline (Kubernetes mode, weftd --network-policy)', function () {
+  this.timeout(120_000);
+  let fake: FakeKube;
+  let cluster: Cluster;
+  let fwd: NetnsForward;
+  let host: Host;
+  let ovs: OvsInstance;
+  const attacher = new OvsPodAttacher();
+  const pods: Record<'a' | 'b', { netns: string; ip: string }> = {} as Record<'a' | 'b', { netns: string; ip: string }>;
+  const tag = 'wtpo';
+
+  before(async function () {
+    this.timeout(120_000);
+    fake = await FakeKube.start();
+    cluster = await Cluster.create({ hosts: 1, tag, config: {} });
+    host = cluster.hosts[0]!;
+    fwd = await NetnsForward.start(cluster.underlay, { host: ETCD_IP, port: 6443 }, { host: '127.0.0.1', port: fake.port });
+    const netConf = join(cluster.dir, 'net-conf.json');
+    writeFileSync(netConf, JSON.stringify({ Network: '10.47.0.0/16', Backend: { Type: 'ovs', DatapathType: 'netdev', VNI: 1 } }));
+    fake.nodes.create('h1', { spec: { podCIDR: '10.47.1.0/24', podCIDRs: ['10.47.1.0/24'] } });
+    fake.namespaces.put({ metadata: { name: 'x', labels: { team: 'x' } } });
+    ovs = await startHostOvs(cluster, host);
+    await host.startWeftd(
+      ['--iface', 'br-phy', '--kube-subnet-mgr', '--kube-api-url', `http://${ETCD_IP}:6443`, '--net-config-path', netConf, '--network-policy', '--iptables-resync', '1'],
+      { NODE_NAME: 'h1', OVS_RUNDIR: ovs.runDir },
+    );
+    for (const name of ['a', 'b'] as const) {
+      pods[name] = await attacher.attach(host, `${nsPrefix(tag)}-${name}`);
+      const pod: JsonObject = {
+        metadata: { namespace: 'x', name, labels: { app: name } },
+        spec: { nodeName: 'h1', containers: [{ name: 'c', ports: [{ name: 'http', containerPort: 80, protocol: 'TCP' }] }] },
+        status: { phase: 'Running', podIP: pods[name].ip, podIPs: [{ ip: pods[name].ip }] },
+      };
+      fake.pods.put(pod);
+    }
+    const policy: JsonObject = {
+      apiVersion: 'networking.k8s.io/v1',
+      kind: 'NetworkPolicy',
+      metadata: { namespace: 'x', name: 'b-ingress' },
+      spec: { podSelector: { matchLabels: { app: 'b' } }, policyTypes: ['Ingress'], ingress: [{ from: [{ podSelector: { matchLabels: { app: 'a' } } }], ports: [{ port: 80, protocol: 'TCP' }] }] },
+    };
+    fake.networkPolicies.put(policy);
+    await waitFor(async () => (await bridgeConjunction()) !== null, { timeoutMs: 20_000, what: 'the conj_id flow of b-ingress in table 54' });
+    await waitFor(async () => ingressHop((await trace(80)).report)?.evidence.programmed === true, { timeoutMs: 20_000, what: 'weftd to answer /policy for x/b with its rule set programmed' });
+  });
+
+  after(async function () {
+    this.timeout(60_000);
+    await Promise.allSettled([attacher.destroy()]);
+    await Promise.allSettled([host?.weftd?.stop() ?? Promise.resolve()]);
+    await Promise.allSettled([ovs?.stop() ?? Promise.resolve()]);
+    await cluster?.destroy();
+    await fwd?.stop();
+    await fake?.stop();
+  });
+
+  const traceArgs = (dport: number) => ['trace', pods.a.ip, pods.b.ip, '--proto', 'tcp', '--dport', String(dport), '--subnet-file', host.subnetFile, '--etcd-timeout', '1'];
+  async function trace(dport: number): Promise<{ code: number | null; report: TraceReport }> {
+    const run = await runWeft(host.ns, ...traceArgs(dport), '-o', 'json');
+    assert.ok(run.stdout.startsWith('{'), `weft trace printed no JSON (exit ${run.code}): ${run.stderr}`);
+    const report = JSON.parse(run.stdout) as TraceReport;
+    assert.deepEqual(validate(report), [], 'trace JSON validates against the schema');
+    return { code: run.code, report };
+  }
+  const ingressHop = (r: TraceReport) => r.hops.find((h) => h.kind === 'policy' && h.evidence.direction === 'ingress') as Extract<Hop, { kind: 'policy' }> | undefined;
+
+  /** The conjunction id of b-ingress's flow in table 54, as the bridge has it. */
+  async function bridgeConjunction(): Promise<number | null> {
+    const flows = await ovs.ofctl('-O', 'OpenFlow15', 'dump-flows', 'br-int', 'table=54');
+    const m = /conj_id=(\d+)/.exec(flows);
+    return m ? Number(m[1]) : null;
+  }
+
+  it('a -> b TCP 80: allowed by the rule\'s conjunction in the ingress rules (the recirculated pipeline\'s table 54)', async () => {
+    const conj = (await bridgeConjunction())!;
+    const { code, report } = await trace(80);
+    assert.equal(code, 0, JSON.stringify(report.problems));
+    assert.equal(report.verdict, 'ok');
+    const p = hop(report, 'pipeline');
+    assert.match(p.summary, new RegExp(`-> output -> ct\\(trk\\|new\\) -> conntrack state -> egress rules -> egress default -> ingress rules \\[policy conj_id ${conj}\\] -> conntrack commit -> policy output$`));
+    assert.deepEqual([p.evidence.conntrack?.table, p.evidence.conntrack?.ctState], [50, 'trk|new']);
+    const ingress = ingressHop(report)!;
+    assert.equal(ingress.status, 'ok');
+    assert.equal(ingress.summary, `ingress at pod x/b: allowed by NetworkPolicy x/b-ingress (ingress[0]); br-int: allowed by conj_id ${conj} in ingress rules (table 54), a flow of this rule`);
+    assert.deepEqual([ingress.evidence.conjunctions, ingress.evidence.bridge?.conjunction, ingress.evidence.agrees], [[conj], conj, true]);
+    assert.equal(hop(report, 'ovs-output').evidence.action, 'pod');
+    // The text form: the policy hop's line.
+    const text = (await runWeft(host.ns, ...traceArgs(80))).stdout.split('\n');
+    assert.ok(text.includes(`  ok          policy     ${ingress.summary}`), text.join('\n'));
+  });
+
+  it('a -> b TCP 81: dropped by b\'s default deny flow in the ingress default table, as weftd says', async () => {
+    const { code, report } = await trace(81);
+    assert.equal(code, 1);
+    const out = hop(report, 'ovs-output');
+    // The cookie: this run's round, category 4 (policy), id 0 (a drop flow).
+    assert.match(out.summary, new RegExp(`^dropped in ingress default \\(table 55\\): the NetworkPolicy default deny of pod ${pods.b.ip.replace(/\./g, '\\.')} \\(ingress; cookie 0x[0-9a-f]{1,4}040000000000\\)$`));
+    assert.equal(out.evidence.droppedIn, 55);
+    const ingress = ingressHop(report)!;
+    assert.equal(ingress.summary, "ingress at pod x/b: dropped by the default deny (NetworkPolicies select it for ingress and none of their rules allows this packet); br-int: dropped by the pod's default deny flow in ingress default (table 55)");
+    assert.deepEqual([ingress.status, ingress.evidence.agrees, ingress.evidence.bridge?.verdict], ['broken', true, 'drop']);
   });
 });

@@ -8,7 +8,10 @@ import {
   desiredFlows,
   macFromIP,
   OBJECT_MASK,
+  CATEGORY_ONLY_MASK,
   peerFlows,
+  pipelineFlows,
+  TABLES,
   podFlows,
   renderFlows,
   roundCookie,
@@ -86,6 +89,75 @@ describe('ovs pipeline (pure)', () => {
     assert.deepEqual(tables, [...tables].sort((a, b) => a - b));
     assert.deepEqual(lines.filter((l) => l.endsWith('actions=drop')).map((l) => /table=(\d+)/.exec(l)![1]), ['0', '10', '20', '50']);
     assert.ok(lines.includes('cookie=0x1010000000000,table=0,priority=200,in_port=32768,tun_id=0x7,actions=set_field:0x1/0xf->reg0,goto_table:30'));
+  });
+
+  it('without {policy: true} the frame is exactly the pre-policy pipeline (nothing past table 50)', () => {
+    const text = renderFlows(pipelineFlows(1, node));
+    assert.equal(
+      text,
+      [
+        'cookie=0x1010000000000,table=0,priority=200,in_port=32768,tun_id=0x7,actions=set_field:0x1/0xf->reg0,goto_table:30',
+        'cookie=0x1010000000000,table=0,priority=200,in_port=32769,actions=set_field:0x2/0xf->reg0,goto_table:10',
+        'cookie=0x1010000000000,table=0,priority=0,actions=drop',
+        'cookie=0x1010000000000,table=10,priority=200,ip,in_port=32769,actions=goto_table:30',
+        'cookie=0x1010000000000,table=10,priority=200,arp,in_port=32769,actions=goto_table:20',
+        'cookie=0x1010000000000,table=10,priority=0,actions=drop',
+        'cookie=0x1010000000000,table=20,priority=200,arp,arp_op=1,arp_tpa=10.244.1.1,actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:0a:58:0a:f4:01:01->eth_src,set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:0a:58:0a:f4:01:01->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:10.244.1.1->arp_spa,IN_PORT',
+        'cookie=0x1010000000000,table=20,priority=190,arp,actions=NORMAL',
+        'cookie=0x1010000000000,table=20,priority=0,actions=drop',
+        'cookie=0x1010000000000,table=30,priority=210,ip,dl_dst=aa:bb:cc:dd:ee:ff,nw_dst=10.244.1.1,actions=set_field:0a:58:0a:f4:01:01->eth_dst,goto_table:40',
+        'cookie=0x1010000000000,table=30,priority=0,actions=goto_table:40',
+        'cookie=0x1010000000000,table=40,priority=200,dl_dst=0a:58:0a:f4:01:01,actions=set_field:0x8001->reg1,set_field:0x100/0x100->reg0,goto_table:50',
+        'cookie=0x1010000000000,table=40,priority=200,dl_dst=aa:bb:cc:dd:ee:ff,actions=set_field:0x8000->reg1,set_field:0x100/0x100->reg0,goto_table:50',
+        'cookie=0x1010000000000,table=40,priority=0,actions=goto_table:50',
+        'cookie=0x1010000000000,table=50,priority=200,reg0=0x100/0x100,actions=output:NXM_NX_REG1[]',
+        'cookie=0x1010000000000,table=50,priority=0,actions=drop',
+        '',
+      ].join('\n'),
+    );
+    assert.equal(renderFlows(pipelineFlows(1, node, { policy: false })), text);
+    assert.equal(renderFlows(desiredFlows(1, node, [pod], [peer], {})), renderFlows(desiredFlows(1, node, [pod], [peer])));
+    assert.ok(desiredFlows(1, node, [pod], [peer]).every((f) => TABLES[f.table] <= TABLES.output));
+  });
+
+  it('with {policy: true}: tables 0–40 unchanged, and the frame of the policy tables (conntrack, defaults, gateway bypass, commit)', () => {
+    const plain = pipelineFlows(1, node);
+    const withPolicy = pipelineFlows(1, node, { policy: true });
+    const before = (fs: typeof plain) => renderFlows(fs.filter((f) => TABLES[f.table] < TABLES.output));
+    assert.equal(before(withPolicy), before(plain));
+    const lines = renderFlows(withPolicy.filter((f) => TABLES[f.table] >= TABLES.output)).trim().split('\n');
+    assert.deepEqual(lines, [
+      // IP packets with a known output port go through conntrack; everything else leaves as before.
+      'cookie=0x1010000000000,table=50,priority=200,ip,reg0=0x100/0x100,actions=ct(table=51,zone=65520)',
+      'cookie=0x1010000000000,table=50,priority=190,reg0=0x100/0x100,actions=output:NXM_NX_REG1[]',
+      'cookie=0x1010000000000,table=50,priority=0,actions=drop',
+      // Invalid dropped, established/related/replies straight to the output, new ones to the rules.
+      'cookie=0x1010000000000,table=51,priority=210,ct_state=+inv+trk,ip,actions=drop',
+      'cookie=0x1010000000000,table=51,priority=200,ct_state=-new+trk,ip,actions=goto_table:60',
+      'cookie=0x1010000000000,table=51,priority=0,actions=goto_table:52',
+      // The rule tables pass everything on by default (the enforcer adds rules and drops).
+      'cookie=0x1010000000000,table=52,priority=0,actions=goto_table:53',
+      'cookie=0x1010000000000,table=53,priority=0,actions=goto_table:54',
+      // The node's own address skips the ingress rules.
+      'cookie=0x1010000000000,table=54,priority=220,ip,reg0=0x2/0xf,nw_src=10.244.1.1,actions=goto_table:56',
+      'cookie=0x1010000000000,table=54,priority=0,actions=goto_table:55',
+      'cookie=0x1010000000000,table=55,priority=0,actions=goto_table:56',
+      // New connections committed with the deciding rules' conjunction ids in ct_label.
+      'cookie=0x1010000000000,table=56,priority=200,ct_state=+new+trk,ip,actions=ct(commit,zone=65520,exec(move:NXM_NX_REG2[]->NXM_NX_CT_LABEL[0..31],move:NXM_NX_REG3[]->NXM_NX_CT_LABEL[32..63])),goto_table:60',
+      'cookie=0x1010000000000,table=56,priority=0,actions=goto_table:60',
+      'cookie=0x1010000000000,table=60,priority=200,reg0=0x100/0x100,actions=output:NXM_NX_REG1[]',
+      'cookie=0x1010000000000,table=60,priority=0,actions=drop',
+    ]);
+    // Every table the frame uses has one default, every goto lands on a table of the frame, and no
+    // frame flow carries the Policy category (the enforcer's sweeps delete by that category).
+    const tables = new Set<number>(withPolicy.map((f) => TABLES[f.table]));
+    for (const t of tables) assert.equal(withPolicy.filter((f) => TABLES[f.table] === t && f.priority === 0 && f.match.length === 0).length, 1, `table ${t}`);
+    for (const f of withPolicy) {
+      for (const a of f.actions) {
+        if (a.type === 'goto_table' || (a.type === 'ct' && a.table !== undefined)) assert.ok(tables.has(a.table!), `${renderFlows([f])}: table ${a.table} is not in the frame`);
+      }
+      assert.notEqual(f.cookie & CATEGORY_ONLY_MASK, cookieOf(0, Category.Policy, 0), renderFlows([f]));
+    }
   });
 
   it('counts diff-flows output as added, changed and removed flows', () => {

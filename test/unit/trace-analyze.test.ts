@@ -558,7 +558,19 @@ describe('trace: arguments and text output', () => {
         ['ok', 'ingress at pod y/b: allowed by NetworkPolicy y/allow-web (ingress[1])'],
       ],
     );
-    assert.deepEqual(hops[1]!.evidence, { direction: 'ingress', pod: 'y/b', allowed: true, policy: 'y/allow-web', rule: 1, reason: 'rule', programmed: true });
+    assert.deepEqual(hops[1]!.evidence, {
+      direction: 'ingress',
+      pod: 'y/b',
+      allowed: true,
+      policy: 'y/allow-web',
+      rule: 1,
+      reason: 'rule',
+      programmed: true,
+      conjunctions: null,
+      otherConjunctions: null,
+      bridge: null,
+      agrees: null,
+    });
     const denied = analyzed(facts({ packet: parsePacket('10.5.1.2', '10.5.2.3', 'tcp', null), policy: { programmed: true, decisions: [{ direction: 'egress', pod: 'x/a', allowed: false, by: 'default-deny' }] } }));
     assert.equal(denied.verdict, 'broken');
     assert.deepEqual(denied.problems, [

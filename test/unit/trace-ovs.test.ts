@@ -163,6 +163,7 @@ describe('trace ovs: reading ofproto/trace', () => {
       cookie: '0x102000af40200',
       actions: ['set_field:0a:58:0a:f4:01:01->eth_src', 'set_field:aa:bb:cc:dd:ee:ff->eth_dst', 'set_field:10.250.0.2->tun_dst', 'set_field:0x1->tun_id', 'dec_ttl', 'goto_table:40'],
       notes: [],
+      recirc: null,
     });
     assert.match(TUNNEL_FROM, /^tunneling from ([0-9a-f]{2}:){5}[0-9a-f]{2} 10\.250\.0\.1 to ([0-9a-f]{2}:){5}[0-9a-f]{2} 10\.250\.0\.2$/);
     assert.deepEqual(t.steps[4]!.notes, ['output port is 32768', 'output to native tunnel', 'tunneling to 10.250.0.2 via br-phy', TUNNEL_FROM]);
@@ -173,7 +174,7 @@ describe('trace ovs: reading ofproto/trace', () => {
 
   it('reads "No match." tables and ">>" errors', () => {
     const t = parseOfTrace('Flow: ip,in_port=9\n\nbridge("br-int")\n----------------\n 0. No match.\n    drop\n\nFinal flow: unchanged\nMegaflow: recirc_id=0\nDatapath actions: drop\n');
-    assert.deepEqual(t.steps, [{ bridge: 'br-int', table: 0, match: null, priority: null, cookie: null, actions: ['drop'], notes: [] }]);
+    assert.deepEqual(t.steps, [{ bridge: 'br-int', table: 0, match: null, priority: null, cookie: null, actions: ['drop'], notes: [], recirc: null }]);
     const e = parseOfTrace('Flow: ip\n\nbridge("br-int")\n----------------\n50. priority 200\n    output:32768\n     -> output to native tunnel\n     >> native tunnel routing failed\n\nDatapath actions: drop\n');
     assert.deepEqual(e.steps[0]!.notes, ['output to native tunnel', 'native tunnel routing failed']);
     const p = summarizeOvsTrace(e, { tunnel: 32768, gateway: 32769, pods: new Set() }, () => null);
@@ -276,6 +277,7 @@ describe('trace ovs: the path through br-int', () => {
       cookie: '0x102000af40200',
       owner: 'peer 10.244.2.0/24',
       actions: ['set_field:0a:58:0a:f4:01:01->eth_src', 'set_field:aa:bb:cc:dd:ee:ff->eth_dst', 'set_field:10.250.0.2->tun_dst', 'set_field:0x1->tun_id', 'dec_ttl', 'goto_table:40'],
+      recirc: null,
     });
     assert.equal(hop(r, 'spoofguard').summary, '10.244.1.2 from 0a:58:0a:f4:01:02 on vpod2 (ofport 1) passes: the address and MAC of its pod');
     assert.deepEqual(hop(r, 'spoofguard').evidence, { inPort: 1, port: 'vpod2', verdict: 'pass', allowedIP: '10.244.1.2', allowedMac: '0a:58:0a:f4:01:02', src: '10.244.1.2', srcMac: '0a:58:0a:f4:01:02' });

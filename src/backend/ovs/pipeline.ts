@@ -2,16 +2,44 @@
 //
 //   0 classifier → 10 spoof guard → 20 ARP responder (ARP) / 30 L3 forwarding (IP) → 40 L2 forwarding → 50 output
 //
+// With NetworkPolicy (policyScaffold), IP packets whose output port is known go from 50 through
+// conntrack and the policy tables before they leave:
+//
+//   50 output: ct(zone) → 51 conntrack state (+inv dropped; established and related skip to 60)
+//     → 52 egress rules → 53 egress default (isolated pods' drops) → 54 ingress rules
+//     → 55 ingress default → 56 conntrack commit (new connections, the rules' conjunction ids in
+//     ct_label) → 60 policy output
+//
+// Policy is judged after forwarding, where every path (pod, gateway, tunnel) meets: nothing on the
+// way rewrites addresses, so egress (by source pod) and ingress (by destination pod) see the
+// packet's own addresses, and the pod flows the CNI plugin writes stay the same with or without
+// policy. The rule flows of 52–55 are the policy enforcer's (src/policy/ovs/); this file holds the
+// tables' frame.
+//
 // Flows are declared with typed matches and actions and rendered by src/render/ofctl.ts (which
 // checks every value against its field) in the exact OpenFlow 1.5 text `ovs-ofctl dump-flows`
 // prints back, so `diff-flows` against the bridge is empty when nothing drifted. Every flow
 // carries a cookie `round << 48 | category << 40 | object id`: the round tells a restart's flows
 // from the previous run's, the category and id name the node, peer or pod a flow belongs to (the
 // CNI plugin deletes a pod's flows by that cookie).
-import { renderCookieMatch, renderFlow as renderOfFlow, type OfAction, type OfMatch, type OfValue, type SetField } from '../../render/ofctl.js';
+import { renderCookieMatch, renderFlow as renderOfFlow, renderStrictSelector, type OfAction, type OfMatch, type OfValue, type SetField } from '../../render/ofctl.js';
 import { type IPAddr, type IPNet } from '../../util/ip.js';
 
-export const TABLES = { classifier: 0, spoofGuard: 10, arpResponder: 20, l3Forwarding: 30, l2Forwarding: 40, output: 50 } as const;
+export const TABLES = {
+  classifier: 0,
+  spoofGuard: 10,
+  arpResponder: 20,
+  l3Forwarding: 30,
+  l2Forwarding: 40,
+  output: 50,
+  conntrackState: 51,
+  egressRule: 52,
+  egressDefaultRule: 53,
+  ingressRule: 54,
+  ingressDefaultRule: 55,
+  conntrackCommit: 56,
+  policyOutput: 60,
+} as const;
 export type Table = keyof typeof TABLES;
 
 /** Every peer gateway answers ARP with this MAC; tunnelled frames carry it as destination. */
@@ -23,16 +51,20 @@ export enum Category {
   Pipeline = 1,
   Peer = 2,
   Pod = 3,
+  /** NetworkPolicy rule flows (tables 52–55); the id is the flow's conjunction id, or 0. */
+  Policy = 4,
 }
 
 /** Where a packet entered the bridge (reg0[0..3], Antrea's layout). */
-enum Source {
+export enum Source {
   Tunnel = 1,
   Gateway = 2,
   Pod = 3,
 }
 /** reg0[8]: table 40 found the output port (in reg1). */
 const PORT_FOUND = 0x100;
+/** The conntrack zone of pod traffic (Antrea's). */
+export const CT_ZONE = 65520;
 
 const ROUND_SHIFT = 48n;
 const CATEGORY_SHIFT = 40n;
@@ -52,6 +84,11 @@ export function roundCookie(round: number): bigint {
 export function roundOf(cookie: bigint): number {
   return Number((cookie & ROUND_MASK) >> ROUND_SHIFT);
 }
+
+/** Round and category: with cookieOf(round, category, 0), a selector for one round's flows of a category. */
+export const CATEGORY_MASK = ROUND_MASK | (0xffn << CATEGORY_SHIFT);
+/** The category bits alone: with cookieOf(0, category, 0), a selector for a category's flows of every round. */
+export const CATEGORY_ONLY_MASK = 0xffn << CATEGORY_SHIFT;
 
 /** Every cookie bit: a selector for exactly one round's flows of one object. */
 export const EXACT_MASK = (1n << 64n) - 1n;
@@ -78,6 +115,7 @@ export const M = {
   tunnelId: (vni: number): Match => ({ field: 'tun_id', value: vni }),
   source: (s: Source): Match => ({ field: 'reg0', value: s, mask: 0xf }),
   portFound: { field: 'reg0', value: PORT_FOUND, mask: PORT_FOUND } as Match,
+  ctState: (flags: string): Match => ({ field: 'ct_state', value: flags }),
   ethSrc: (mac: string): Match => ({ field: 'dl_src', value: mac }),
   ethDst: (mac: string): Match => ({ field: 'dl_dst', value: mac }),
   ipSrc: (ip: IPAddr): Match => ({ field: 'nw_src', value: ip.toString() }),
@@ -99,6 +137,12 @@ export const A = {
   setTunnel: (dst: IPAddr, vni: number) => [setField('tun_dst', dst.toString()), setField('tun_id', vni)],
   decTtl: { type: 'dec_ttl' } as Action,
   outputToReg1: { type: 'output_field', field: 'NXM_NX_REG1' } as Action,
+  /** Looks the packet up in the pod zone and continues in `t` with its ct_state. */
+  conntrack: (t: Table): Action => ({ type: 'ct', zone: CT_ZONE, table: TABLES[t] }),
+  /** Records the connection, with the deciding egress (reg2) and ingress (reg3) conjunction ids in ct_label. */
+  commit: { type: 'ct', zone: CT_ZONE, commit: true, labels: [{ src: 'NXM_NX_REG2', low: 0 }, { src: 'NXM_NX_REG3', low: 32 }] } as Action,
+  /** The conjunction id of the rule that allowed the packet, in reg2 (egress) or reg3 (ingress). */
+  setRuleId: (direction: 'egress' | 'ingress', id: number): Action => setField(direction === 'egress' ? 'reg2' : 'reg3', id),
   normal: { type: 'normal' } as Action,
   drop: { type: 'drop' } as Action,
   /** Turns an ARP request into the reply "`ip` is at `mac`" and sends it back where it came from. */
@@ -129,15 +173,28 @@ export function renderFlow(f: Flow): string {
 
 /**
  * A change to the table, for one atomic `ovs-ofctl --bundle add-flows`: add (or overwrite the flow
- * with the same match and priority), or delete every flow whose cookie matches under the mask.
+ * with the same match and priority), delete every flow whose cookie matches under the mask, or
+ * delete the one flow with exactly this table, priority and match.
  */
 export type FlowMod =
   | { readonly op: 'add'; readonly flow: Flow }
-  | { readonly op: 'delete'; readonly cookie: bigint; readonly mask: bigint };
+  | { readonly op: 'delete'; readonly cookie: bigint; readonly mask: bigint }
+  | { readonly op: 'delete-strict'; readonly flow: Pick<Flow, 'table' | 'priority' | 'match'> };
+
+function renderFlowMod(m: FlowMod): string {
+  switch (m.op) {
+    case 'add':
+      return `add ${renderFlow(m.flow)}\n`;
+    case 'delete':
+      return `delete ${renderCookieMatch(m.cookie, m.mask)}\n`;
+    case 'delete-strict':
+      return `delete_strict ${renderStrictSelector({ table: TABLES[m.flow.table], priority: m.flow.priority, match: m.flow.match })}\n`;
+  }
+}
 
 /** Flow mods one per line, in the order given (a bundle applies them in order). */
 export function renderFlowMods(mods: readonly FlowMod[]): string {
-  return mods.map((m) => (m.op === 'add' ? `add ${renderFlow(m.flow)}\n` : `delete ${renderCookieMatch(m.cookie, m.mask)}\n`)).join('');
+  return mods.map(renderFlowMod).join('');
 }
 
 /** One flow per line, in a stable order (table, then priority high to low, then text). */
@@ -189,9 +246,9 @@ class FlowSet {
 }
 
 /** Flows installed once per node: port classification, gateway handling and every table's default. */
-export function pipelineFlows(round: number, node: NodePorts): Flow[] {
+export function pipelineFlows(round: number, node: NodePorts, opts: { readonly policy?: boolean } = {}): Flow[] {
   const { tunnelPort, gatewayPort, gatewayIP, gatewayMAC, vni } = node;
-  return new FlowSet(cookieOf(round, Category.Pipeline, 0))
+  const set = new FlowSet(cookieOf(round, Category.Pipeline, 0))
     .add('classifier', 200, [M.inPort(tunnelPort), M.tunnelId(vni)], [A.setSource(Source.Tunnel), A.goto('l3Forwarding')])
     .add('classifier', 200, [M.inPort(gatewayPort)], [A.setSource(Source.Gateway), A.goto('spoofGuard')])
     .add('classifier', 0, [], [A.drop])
@@ -207,9 +264,34 @@ export function pipelineFlows(round: number, node: NodePorts): Flow[] {
     .add('l3Forwarding', 0, [], [A.goto('l2Forwarding')])
     .add('l2Forwarding', 200, [M.ethDst(gatewayMAC)], [A.setOutPort(gatewayPort), A.goto('output')])
     .add('l2Forwarding', 200, [M.ethDst(GLOBAL_VIRTUAL_MAC)], [A.setOutPort(tunnelPort), A.goto('output')])
-    .add('l2Forwarding', 0, [], [A.goto('output')])
-    .add('output', 200, [M.portFound], [A.outputToReg1])
-    .add('output', 0, [], [A.drop]).flows;
+    .add('l2Forwarding', 0, [], [A.goto('output')]);
+  if (opts.policy) policyScaffold(set, node);
+  else set.add('output', 200, [M.portFound], [A.outputToReg1]);
+  return set.add('output', 0, [], [A.drop]).flows;
+}
+
+/**
+ * The frame of the policy tables (their defaults pass everything on; the enforcer adds the rules).
+ * Traffic from the node itself (the gateway's own address: kubelet probes, host services) skips
+ * ingress rules, as it skips the nftables forward hook on bridge nodes; its connections are
+ * committed, so replies come back as established. Non-IP packets leave without conntrack.
+ */
+function policyScaffold(set: FlowSet, node: NodePorts): void {
+  set
+    .add('output', 200, [M.ip, M.portFound], [A.conntrack('conntrackState')])
+    .add('output', 190, [M.portFound], [A.outputToReg1])
+    .add('conntrackState', 210, [M.ctState('+inv+trk'), M.ip], [A.drop])
+    .add('conntrackState', 200, [M.ctState('-new+trk'), M.ip], [A.goto('policyOutput')])
+    .add('conntrackState', 0, [], [A.goto('egressRule')])
+    .add('egressRule', 0, [], [A.goto('egressDefaultRule')])
+    .add('egressDefaultRule', 0, [], [A.goto('ingressRule')])
+    .add('ingressRule', 220, [M.ip, M.source(Source.Gateway), M.ipSrc(node.gatewayIP)], [A.goto('conntrackCommit')])
+    .add('ingressRule', 0, [], [A.goto('ingressDefaultRule')])
+    .add('ingressDefaultRule', 0, [], [A.goto('conntrackCommit')])
+    .add('conntrackCommit', 200, [M.ctState('+new+trk'), M.ip], [A.commit, A.goto('policyOutput')])
+    .add('conntrackCommit', 0, [], [A.goto('policyOutput')])
+    .add('policyOutput', 200, [M.portFound], [A.outputToReg1])
+    .add('policyOutput', 0, [], [A.drop]);
 }
 
 /** A local pod (Antrea's InstallPodFlows): classification, spoof guard, tunnel ingress to it, L2 to it. */
@@ -238,10 +320,10 @@ export function peerFlows(round: number, node: Pick<NodePorts, 'gatewayMAC' | 'v
     .add('l3Forwarding', 200, [M.ip, M.source(Source.Gateway), M.ipDst(subnet)], [...toTunnel, A.goto('l2Forwarding')]).flows;
 }
 
-/** The whole table for a node, its pods and its peers. */
-export function desiredFlows(round: number, node: NodePorts, pods: readonly PodPort[], peers: readonly PeerNode[]): Flow[] {
+/** The whole table for a node, its pods and its peers (with the policy tables' frame when `policy`). */
+export function desiredFlows(round: number, node: NodePorts, pods: readonly PodPort[], peers: readonly PeerNode[], opts: { readonly policy?: boolean } = {}): Flow[] {
   return [
-    ...pipelineFlows(round, node),
+    ...pipelineFlows(round, node, opts),
     ...pods.flatMap((p) => podFlows(round, node, p)),
     ...peers.flatMap((p) => peerFlows(round, node, p)),
   ];

@@ -72,6 +72,8 @@ function pipelineError(hops: Hop[], o: OvsFacts, t: OvsTraceFacts | null, why: s
       inPortName: t?.inPortName ?? null,
       flow: t?.flow ?? null,
       tables: [],
+      conntrack: null,
+      policy: [],
       datapathActions: null,
       trace: t?.output ?? null,
       error: why,
@@ -103,12 +105,15 @@ function bridgeHops(c: Context, hops: Hop[], o: OvsFacts, t: OvsTraceFacts, dst:
 
   // The tables.
   {
-    const steps = path.tables.map((s) => {
+    const steps = path.tables.map((s, i) => {
       const owner = s.owner && s.owner !== 'node' ? ` [${s.owner}]` : '';
       const miss = s.match === null ? ' [no match]' : '';
-      return `${s.name}${owner}${miss}`;
+      // The pipeline resumed after conntrack, as the trace followed it.
+      const resumed = i > 0 && s.recirc !== null && path.tables[i - 1]!.recirc !== s.recirc ? `ct(${path.conntrack?.ctState ?? `recirc ${s.recirc}`}) -> ` : '';
+      return `${resumed}${s.name}${owner}${miss}`;
     });
     let summary = `${o.bridge} in_port ${String(t.inPort)} (${String(t.inPortName)}): ${steps.join(' -> ')}`;
+    if (path.conntrack && path.conntrack.recirc === null) summary += `; the trace does not follow the conntrack recirculation of table ${path.conntrack.table}`;
     if (t.note) summary += `; ${t.note}`;
     hops.push({
       kind: 'pipeline',
@@ -123,6 +128,8 @@ function bridgeHops(c: Context, hops: Hop[], o: OvsFacts, t: OvsTraceFacts, dst:
         inPortName: t.inPortName,
         flow: t.flow,
         tables: path.tables,
+        conntrack: path.conntrack,
+        policy: path.policy,
         datapathActions: path.datapathActions,
         trace: t.output,
         error: null,
@@ -186,7 +193,15 @@ function bridgeHops(c: Context, hops: Hop[], o: OvsFacts, t: OvsTraceFacts, dst:
       status = 'broken';
       const table = path.droppedIn;
       summary = `dropped in ${table !== null ? `${tableName(table)} (table ${table})` : 'the pipeline'}`;
-      if (t.entry === 'tunnel' && table === TABLES.classifier) summary += `: no classifier flow for tun_id ${String(headerOf(t.flow, 'tun_id'))} on the tunnel port (a VNI other than this node's?)`;
+      const policyDrop = path.policy.find((p) => p.verdict === 'drop' && p.table === table);
+      if (policyDrop) {
+        const pod = headerOf(policyDrop.match, policyDrop.direction === 'egress' ? 'nw_src' : 'nw_dst');
+        summary += policyDrop.table === TABLES.egressDefaultRule || policyDrop.table === TABLES.ingressDefaultRule
+          ? `: the NetworkPolicy default deny of ${pod ? `pod ${pod}` : 'the pod'} (${policyDrop.direction}; cookie ${String(policyDrop.cookie)})`
+          : `: no flow of the ${policyDrop.direction} rules matched`;
+      } else if (table === TABLES.conntrackState) summary += ': conntrack finds the packet invalid';
+      else if (path.conntrack?.recirc === null && table === path.conntrack.table) summary += ': the trace does not follow the conntrack recirculation';
+      else if (t.entry === 'tunnel' && table === TABLES.classifier) summary += `: no classifier flow for tun_id ${String(headerOf(t.flow, 'tun_id'))} on the tunnel port (a VNI other than this node's?)`;
       else if (dst.cls === 'local-pod' && !dstPod) summary += `: no pod port on ${o.bridge} has ${packet.dst.toString()}`;
     } else if (path.action === 'tunnel') {
       const tun = path.tunnelDst;

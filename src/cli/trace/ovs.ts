@@ -6,7 +6,7 @@ import { Category, GLOBAL_VIRTUAL_MAC, gatewayOf, macFromIP, TABLES } from '../.
 import type { NeighEntry } from '../../netlink/index.js';
 import type { Lease } from '../../subnet/lease.js';
 import { IPAddr, type IPNet } from '../../util/ip.js';
-import type { OvsEntry, OvsPodPortFacts, OvsTableStep, Packet, RouteLookup } from './types.js';
+import type { OvsConntrackEvidence, OvsEntry, OvsPodPortFacts, OvsPolicyStep, OvsTableStep, Packet, RouteLookup } from './types.js';
 
 /** The pipeline's tables by number, as the summaries name them. */
 export const TABLE_NAMES: ReadonlyMap<number, string> = new Map([
@@ -16,6 +16,13 @@ export const TABLE_NAMES: ReadonlyMap<number, string> = new Map([
   [TABLES.l3Forwarding, 'L3 forwarding'],
   [TABLES.l2Forwarding, 'L2 forwarding'],
   [TABLES.output, 'output'],
+  [TABLES.conntrackState, 'conntrack state'],
+  [TABLES.egressRule, 'egress rules'],
+  [TABLES.egressDefaultRule, 'egress default'],
+  [TABLES.ingressRule, 'ingress rules'],
+  [TABLES.ingressDefaultRule, 'ingress default'],
+  [TABLES.conntrackCommit, 'conntrack commit'],
+  [TABLES.policyOutput, 'policy output'],
 ]);
 
 export function tableName(table: number): string {
@@ -75,8 +82,15 @@ export interface OvsPlan {
   readonly error: string | null;
 }
 
-const headers = (p: Packet, dlSrc: string, dlDst: string): string =>
-  `ip,dl_src=${dlSrc},dl_dst=${dlDst},nw_src=${p.src.toString()},nw_dst=${p.dst.toString()},nw_ttl=64`;
+/**
+ * The packet's headers: TCP and UDP with their destination port (the policy tables match ports);
+ * ICMP as plain IP (nothing in the pipeline matches ICMP fields, and a port rule never matches it).
+ */
+const headers = (p: Packet, dlSrc: string, dlDst: string): string => {
+  const l4 = p.proto === 'icmp' ? null : p.proto;
+  const ip = `dl_src=${dlSrc},dl_dst=${dlDst},nw_src=${p.src.toString()},nw_dst=${p.dst.toString()},nw_ttl=64`;
+  return l4 ? `${l4},${ip}${p.dport !== null ? `,tp_dst=${p.dport}` : ''}` : `ip,${ip}`;
+};
 
 /**
  * The ofproto/trace flow for the packet as it enters at `entry`: the ports' real MACs, the MAC the
@@ -145,15 +159,38 @@ export interface OfTraceStep {
   readonly actions: readonly string[];
   /** "->" detail and ">>" error lines printed under the actions, without their markers, in order. */
   readonly notes: readonly string[];
+  /** The recirculation the step was traced in: null for the packet's first pass, its id ("0x1") for a pipeline resumed after conntrack. */
+  readonly recirc: string | null;
 }
 
-export interface OfTrace {
-  /** The flow line ("Flow: ..."). */
+/**
+ * One pass of the packet: the first, or a recirculated pipeline ofproto/trace follows after an
+ * action that forks one (`ct(table=N)`), printed below a "recirc(0x1) - resume conntrack with
+ * default ct_state=trk|new" banner, with its own Flow, steps and datapath actions.
+ */
+export interface OfTraceSection {
+  /** null for the first pass; else the recirculation id ("0x1"). */
+  readonly recirc: string | null;
+  /** The banner after the id ("resume conntrack with default ct_state=trk|new (use --ct-next to customize)"). */
+  readonly banner: string | null;
+  /** The conntrack state the resumed pipeline is traced with ("trk|new"); null when the banner names none. */
+  readonly ctState: string | null;
   readonly flow: string | null;
-  readonly steps: readonly OfTraceStep[];
   readonly finalFlow: string | null;
   readonly megaflow: string | null;
   readonly datapathActions: string | null;
+}
+
+export interface OfTrace {
+  /** The flow line ("Flow: ...") of the first pass. */
+  readonly flow: string | null;
+  /** The steps of every pass, in the order printed (the first pass, then each recirculation). */
+  readonly steps: readonly OfTraceStep[];
+  /** Of the last pass: where the packet ends up. */
+  readonly finalFlow: string | null;
+  readonly megaflow: string | null;
+  readonly datapathActions: string | null;
+  readonly sections: readonly OfTraceSection[];
 }
 
 export class OfTraceParseError extends Error {
@@ -166,27 +203,44 @@ export class OfTraceParseError extends Error {
 const BRIDGE_LINE = /^bridge\("([^"]+)"\)$/;
 const TABLE_LINE = /^\s*(\d+)\. (.*)$/;
 const FLOW_TAIL = /^(.*?)(?:, )?priority (\d+)(?:, cookie (0x[0-9a-f]+))?$/;
+/** The banner of a recirculated pipeline: "recirc(0x1) - resume conntrack with default ct_state=trk|new (...)". */
+const RECIRC_LINE = /^recirc\((0x[0-9a-f]+|\d+)\) - (.*)$/;
 
-/** Parses OVS's ofproto/trace text (OVS 2.x/3.x layout: "bridge(...)", numbered tables, indented actions). */
+type MutableStep = { -readonly [K in keyof OfTraceStep]: OfTraceStep[K] } & { actions: string[]; notes: string[] };
+type MutableSection = { -readonly [K in keyof OfTraceSection]: OfTraceSection[K] };
+
+/**
+ * Parses OVS's ofproto/trace text (OVS 2.x/3.x layout: "bridge(...)", numbered tables, indented
+ * actions), following recirculations: each "recirc(...)" banner starts a section of its own, and
+ * the lines a resumed pipeline prints before its first table ("thaw", "Resuming from table 51")
+ * belong to no step.
+ */
 export function parseOfTrace(text: string): OfTrace {
   const lines = text.split('\n');
-  let flow: string | null = null;
-  let finalFlow: string | null = null;
-  let megaflow: string | null = null;
-  let datapathActions: string | null = null;
+  const sections: MutableSection[] = [{ recirc: null, banner: null, ctState: null, flow: null, finalFlow: null, megaflow: null, datapathActions: null }];
   let bridge: string | null = null;
-  const steps: Array<{ bridge: string; table: number; match: string | null; priority: number | null; cookie: string | null; actions: string[]; notes: string[] }> = [];
+  const steps: MutableStep[] = [];
+  /** Steps of the current section: lines before its first step are no step's. */
+  let sectionSteps = 0;
   for (const raw of lines) {
     const line = raw.trimEnd();
     const trimmed = line.trim();
-    if (trimmed === '' || /^-+$/.test(trimmed)) continue;
+    if (trimmed === '' || /^-+$/.test(trimmed) || /^=+$/.test(trimmed)) continue;
+    const section = sections.at(-1)!;
+    const rc = RECIRC_LINE.exec(trimmed);
+    if (rc) {
+      sections.push({ recirc: rc[1]!, banner: rc[2]!, ctState: /ct_state=([a-z|+-]+)/.exec(rc[2]!)?.[1] ?? null, flow: null, finalFlow: null, megaflow: null, datapathActions: null });
+      bridge = null;
+      sectionSteps = 0;
+      continue;
+    }
     const field = /^(Flow|Final flow|Megaflow|Datapath actions): (.*)$/.exec(line);
     if (field) {
       const v = field[2]!.trim();
-      if (field[1] === 'Flow') flow = v;
-      else if (field[1] === 'Final flow') finalFlow = v;
-      else if (field[1] === 'Megaflow') megaflow = v;
-      else datapathActions = v;
+      if (field[1] === 'Flow') section.flow = v;
+      else if (field[1] === 'Final flow') section.finalFlow = v;
+      else if (field[1] === 'Megaflow') section.megaflow = v;
+      else section.datapathActions = v;
       continue;
     }
     const b = BRIDGE_LINE.exec(trimmed);
@@ -197,8 +251,9 @@ export function parseOfTrace(text: string): OfTrace {
     const t = TABLE_LINE.exec(line);
     if (t && bridge !== null) {
       const rest = t[2]!.trim();
+      sectionSteps++;
       if (/^No match\.?$/.test(rest)) {
-        steps.push({ bridge, table: Number(t[1]), match: null, priority: null, cookie: null, actions: [], notes: [] });
+        steps.push({ bridge, table: Number(t[1]), match: null, priority: null, cookie: null, actions: [], notes: [], recirc: section.recirc });
         continue;
       }
       const m = FLOW_TAIL.exec(rest);
@@ -210,21 +265,28 @@ export function parseOfTrace(text: string): OfTrace {
         cookie: m?.[3] ?? null,
         actions: [],
         notes: [],
+        recirc: section.recirc,
       });
       continue;
     }
-    const step = steps.at(-1);
+    const step = sectionSteps > 0 ? steps.at(-1) : undefined;
     if (!step) continue;
     const note = /^(->|>>+)\s*(.*?)\s*(<<+)?$/.exec(trimmed);
     if (note) step.notes.push(note[2]!);
     else step.actions.push(trimmed);
   }
-  if (flow === null && steps.length === 0) throw new OfTraceParseError(`no "Flow:" line and no tables in ${JSON.stringify(text.slice(0, 200))}`);
-  return { flow, steps, finalFlow, megaflow, datapathActions };
+  const first = sections[0]!;
+  const last = sections.at(-1)!;
+  if (first.flow === null && steps.length === 0) throw new OfTraceParseError(`no "Flow:" line and no tables in ${JSON.stringify(text.slice(0, 200))}`);
+  return { flow: first.flow, steps, finalFlow: last.finalFlow, megaflow: last.megaflow, datapathActions: last.datapathActions, sections };
 }
 
-/** Whose flow a cookie marks: weft's round << 48 | category << 40 | object id. */
-export function cookieOwner(cookie: string | null, peerLease: (network: IPAddr) => string | null): string {
+/**
+ * Whose flow a cookie marks: weft's round << 48 | category << 40 | object id. A NetworkPolicy flow
+ * (its id the conjunction id of an allow flow, 0 otherwise) is "policy conj_id N", or in the
+ * default tables (`table`) "policy default deny".
+ */
+export function cookieOwner(cookie: string | null, peerLease: (network: IPAddr) => string | null, table: number | null = null): string {
   if (cookie === null) return "not weft's";
   const c = BigInt(cookie);
   const round = c >> 48n;
@@ -233,6 +295,10 @@ export function cookieOwner(cookie: string | null, peerLease: (network: IPAddr) 
   if (round === 0n) return "not weft's";
   if (category === Category.Pipeline) return 'node';
   if (category === Category.Pod) return `pod ofport ${id.toString()}`;
+  if (category === Category.Policy) {
+    if (id !== 0n) return `policy conj_id ${id.toString()}`;
+    return table === TABLES.egressRule || table === TABLES.ingressRule ? 'policy clause' : 'policy default deny';
+  }
   if (category === Category.Peer && id < 1n << 32n) {
     const net = IPAddr.of(4, id);
     return `peer ${peerLease(net) ?? net.toString()}`;
@@ -241,7 +307,7 @@ export function cookieOwner(cookie: string | null, peerLease: (network: IPAddr) 
 }
 
 export interface OvsPath {
-  /** The steps in the first bridge (the integration bridge). */
+  /** The steps in the first bridge (the integration bridge), a recirculated pipeline's after the step that forked it. */
   readonly tables: readonly OvsTableStep[];
   readonly spoofGuard: 'pass' | 'drop' | 'not-reached' | 'not-applied';
   readonly action: 'pod' | 'gateway' | 'tunnel' | 'drop' | 'other';
@@ -255,13 +321,69 @@ export interface OvsPath {
   /** The tunnel output produced no packet (neighbour cache miss, no route): what OVS said. */
   readonly tunnelFailure: string | null;
   readonly datapathActions: string | null;
+  /** Where the packet went through conntrack; null when it did not. */
+  readonly conntrack: OvsConntrackEvidence | null;
+  /** The policy tables' decisions (egress, ingress); [] when the packet never met conntrack. */
+  readonly policy: readonly OvsPolicyStep[];
 }
 
 const SET_FIELD = /^set_field:([^-]+)->(\w+)$/;
+/** An action that forks a recirculated pipeline: ct with a table to resume in. */
+const CT_RECIRC = /^ct\((?:.*,)?table=(\d+)/;
+
+const POLICY_TABLES = {
+  egress: { rule: TABLES.egressRule, dflt: TABLES.egressDefaultRule, reg: 'reg2' },
+  ingress: { rule: TABLES.ingressRule, dflt: TABLES.ingressDefaultRule, reg: 'reg3' },
+} as const;
+
+/** The step a flow drops the packet in (or that had no match). */
+const dropsIn = (s: Pick<OvsTableStep, 'match' | 'actions'>): boolean => s.match === null || (s.actions.includes('drop') && !s.actions.some((a) => CT_RECIRC.test(a)));
+
+/**
+ * What the policy tables did with the packet, per direction, from the tables it passed (a
+ * trace's new-connection path): a rule's allow flow in 52/54 (reg2/reg3 loaded with its
+ * conjunction id, which is also its cookie's id), the pod's default drop in 53/55, or neither.
+ */
+export function bridgePolicy(tables: readonly Pick<OvsTableStep, 'table' | 'match' | 'priority' | 'cookie' | 'actions'>[]): OvsPolicyStep[] {
+  if (!tables.some((s) => s.table === TABLES.conntrackState)) return [];
+  const out: OvsPolicyStep[] = [];
+  for (const direction of ['egress', 'ingress'] as const) {
+    const { rule, dflt, reg } = POLICY_TABLES[direction];
+    const step = (s: Pick<OvsTableStep, 'table' | 'match' | 'priority' | 'cookie'> | undefined, verdict: OvsPolicyStep['verdict'], conjunction: number | null = null): OvsPolicyStep =>
+      s ? { direction, verdict, table: s.table, conjunction, cookie: s.cookie, priority: s.priority, match: s.match } : { direction, verdict, table: null, conjunction: null, cookie: null, priority: null, match: null };
+    const r = tables.find((s) => s.table === rule);
+    const d = tables.find((s) => s.table === dflt);
+    if (!r) {
+      out.push(step(undefined, 'not-reached'));
+      continue;
+    }
+    if (dropsIn(r)) {
+      out.push(step(r, 'drop'));
+      continue;
+    }
+    const loaded = r.actions.map((a) => SET_FIELD.exec(a)).find((m) => m?.[2] === reg);
+    if (loaded) {
+      const id = Number(loaded[1]);
+      out.push(step(r, 'allow', Number.isSafeInteger(id) ? id : null));
+      continue;
+    }
+    // The ingress table's node flow: the node's own traffic skips ingress rules.
+    if (direction === 'ingress' && !d && r.priority !== null && r.priority > 0) {
+      out.push(step(r, 'node'));
+      continue;
+    }
+    if (!d) out.push(step(undefined, 'not-reached'));
+    else out.push(step(d, dropsIn(d) ? 'drop' : 'pass'));
+  }
+  return out;
+}
 
 /**
  * What the bridge does with the packet: the tables of the integration bridge (the first one the
  * trace shows; a native tunnel continues in br-phy), the spoof guard's verdict, and the output.
+ * A `ct(table=N)` forks the pipeline through conntrack: the trace follows the fork as a new
+ * connection (ofproto/trace's default ct_state trk|new), and its tables, drop and output are the
+ * packet's (the first pass ends with a "drop" of the original, which is no drop).
  */
 export function summarizeOvsTrace(trace: OfTrace, ports: { tunnel: number; gateway: number; pods: ReadonlySet<number> }, peerLease: (network: IPAddr) => string | null): OvsPath {
   const first = trace.steps[0]?.bridge ?? null;
@@ -272,11 +394,20 @@ export function summarizeOvsTrace(trace: OfTrace, ports: { tunnel: number; gatew
     match: s.match,
     priority: s.priority,
     cookie: s.cookie,
-    owner: s.match === null ? null : cookieOwner(s.cookie, peerLease),
+    owner: s.match === null ? null : cookieOwner(s.cookie, peerLease, s.table),
     actions: s.actions,
+    recirc: s.recirc,
   }));
+  // The fork through conntrack, and the resumed pipeline the trace printed for it.
+  let conntrack: OvsConntrackEvidence | null = null;
+  const fork = own.find((s) => s.actions.some((a) => CT_RECIRC.test(a)));
+  if (fork) {
+    const resumed = trace.sections.find((x) => x.recirc !== null && x.recirc !== fork.recirc);
+    conntrack = { table: fork.table, recirc: resumed?.recirc ?? null, ctState: resumed?.ctState ?? null };
+  }
   const guard = own.find((s) => s.table === TABLES.spoofGuard);
-  const dropped = (s: OfTraceStep) => s.match === null || s.actions.includes('drop');
+  // A fork the trace did not follow ends the packet's path there.
+  const dropped = (s: OfTraceStep) => dropsIn(s) || (s === fork && conntrack?.recirc === null);
   let spoofGuard: OvsPath['spoofGuard'];
   if (guard) spoofGuard = dropped(guard) ? 'drop' : 'pass';
   else if (own.some((s) => s.table > TABLES.spoofGuard)) spoofGuard = 'not-applied';
@@ -324,5 +455,5 @@ export function summarizeOvsTrace(trace: OfTrace, ports: { tunnel: number; gatew
     const v = /vni=(0x[0-9a-f]+|\d+)/.exec(dp) ?? /tun_id=(0x[0-9a-f]+|\d+)/.exec(dp);
     if (v) vni = Number(v[1]);
   }
-  return { tables, spoofGuard, action, outputPort, droppedIn, tunnelDst, vni, tunnelNotes, tunnelFailure, datapathActions: dp };
+  return { tables, spoofGuard, action, outputPort, droppedIn, tunnelDst, vni, tunnelNotes, tunnelFailure, datapathActions: dp, conntrack, policy: bridgePolicy(tables) };
 }

@@ -285,9 +285,43 @@ export interface OvsTableStep {
   readonly match: string | null;
   readonly priority: number | null;
   readonly cookie: string | null;
-  /** Whose flow it is, from the cookie: "node", "pod ofport N", "peer 10.244.2.0/24", "not weft's". */
+  /** Whose flow it is, from the cookie: "node", "pod ofport N", "peer 10.244.2.0/24", "policy conj_id N", "policy default deny", "not weft's". */
   readonly owner: string | null;
   readonly actions: readonly string[];
+  /** null: the packet's first pass; the recirculation id ("0x1") for the pipeline resumed after conntrack. */
+  readonly recirc: string | null;
+}
+
+/** Where the bridge sent the packet through conntrack and how the trace followed it. */
+export interface OvsConntrackEvidence {
+  /** The table whose ct(table=...) forked the recirculated pipeline (50). */
+  readonly table: number;
+  /** The recirculation id the trace followed; null when it did not follow one (the trace ends there). */
+  readonly recirc: string | null;
+  /** The state the resumed pipeline was traced with ("trk|new": a new connection, what NetworkPolicy decides). */
+  readonly ctState: string | null;
+}
+
+/**
+ * What the bridge's policy tables did with the packet in one direction (egress: 52/53 for the source
+ * pod, ingress: 54/55 for the destination pod).
+ */
+export interface OvsPolicyStep {
+  readonly direction: 'ingress' | 'egress';
+  /**
+   * allow: a rule's flow in the rule table (its conjunction id loaded into reg2/reg3); drop: the
+   * pod's default deny (or no flow at all); pass: neither (no pod of this node isolated in this
+   * direction); node: the node's own traffic, which skips ingress rules; not-reached: the packet
+   * did not get to the direction's tables (dropped before, or the bridge has no policy tables).
+   */
+  readonly verdict: 'allow' | 'drop' | 'pass' | 'node' | 'not-reached';
+  /** The table that decided (rule or default table); null when not reached. */
+  readonly table: number | null;
+  /** allow: the conjunction id of the flow (reg2/reg3, the cookie's id). */
+  readonly conjunction: number | null;
+  readonly cookie: string | null;
+  readonly priority: number | null;
+  readonly match: string | null;
 }
 
 export interface PipelineEvidence {
@@ -299,8 +333,13 @@ export interface PipelineEvidence {
   readonly inPortName: string | null;
   /** The flow handed to `ovs-appctl ofproto/trace`. */
   readonly flow: string | null;
-  /** The tables of the bridge the packet went through, in order. */
+  /** The tables of the bridge the packet went through, in order (a recirculated pipeline after the table that forked it). */
   readonly tables: readonly OvsTableStep[];
+  /** null: the packet did not pass conntrack (no policy tables, not IP, dropped before). */
+  readonly conntrack: OvsConntrackEvidence | null;
+  /** The policy tables' decisions, egress then ingress; [] when the bridge was not traced that far. */
+  readonly policy: readonly OvsPolicyStep[];
+  /** Of the last pass (after conntrack: the recirculated pipeline's). */
   readonly datapathActions: string | null;
   /** ofproto/trace's output, verbatim. */
   readonly trace: string | null;
@@ -350,6 +389,14 @@ export interface PolicyEvidence {
   readonly reason: 'rule' | 'unrestricted' | 'default-deny';
   /** weftd has programmed its whole rule set (before, nothing is enforced yet). */
   readonly programmed: boolean;
+  /** ovs nodes: the conjunction ids of the deciding rule's flows, as weftd names them; null elsewhere (or no rule). */
+  readonly conjunctions: readonly number[] | null;
+  /** ovs nodes: the conjunction ids of the pod's other rules that allow the packet too; null elsewhere. */
+  readonly otherConjunctions: readonly number[] | null;
+  /** ovs nodes: what the bridge's policy tables did in this direction (from the trace); null when the bridge was not traced. */
+  readonly bridge: OvsPolicyStep | null;
+  /** Whether the bridge's decision is weftd's (the same verdict, by a flow of the same rule); null when there is nothing to compare. */
+  readonly agrees: boolean | null;
 }
 
 export interface BackendEvidence {

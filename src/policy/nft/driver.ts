@@ -4,6 +4,8 @@
 import { IPAddr } from '../../util/ip.js';
 import { errorMessage } from '../../util/errors.js';
 import { runCommand } from '../../util/exec.js';
+import { countPackets } from '../counters.js';
+import type { PolicyDataplane } from '../dataplane.js';
 import { applyDelta, emptySnapshot, type MutableSnapshot, type PolicyDelta, type PolicySnapshot } from '../model.js';
 import { BASE_CHAINS, BASE_PRIORITY, TABLE_FAMILY, TABLE_NAME } from './layout.js';
 import { type DesiredTable, renderDelta, renderDeleteTable, renderFull, type RenderOptions, type SetKind } from './render.js';
@@ -13,7 +15,7 @@ export type NftRun = (args: readonly string[], input?: string) => Promise<string
 
 export const runNft: NftRun = (args, input) => runCommand('nft', args, input === undefined ? {} : { input });
 
-export class PolicyNftDriver {
+export class PolicyNftDriver implements PolicyDataplane {
   private state: MutableSnapshot = emptySnapshot();
   /** `nft -f` transactions written. */
   transactions = 0;
@@ -66,6 +68,11 @@ export class PolicyNftDriver {
 
   /** The table as the last check() read it (its counters feed the metrics); null before one. */
   lastListing: ListedPolicyTable | null = null;
+
+  /** The rules' and default drops' counters as the last check() listed them. */
+  counts(): ReturnType<typeof countPackets> | null {
+    return this.lastListing ? countPackets(this.state, this.lastListing) : null;
+  }
 
   /** What is programmed (the engine's output as applied so far). */
   get programmed(): PolicySnapshot {
