@@ -7,6 +7,7 @@ import { DEFAULT_ETCD_ENDPOINTS, DEFAULT_ETCD_PREFIX, DEFAULT_LEASE_TTL_SECONDS 
 import type { EtcdConnectOptions } from '../subnet/etcd/registry.js';
 import { parseGoDuration } from '../ipmasq/agent-config.js';
 import type { LogFormat, LogLevel } from '../util/log.js';
+import { IPNet } from '../util/ip.js';
 import { DEFAULT_CNI_SOCKET } from '../cniserver/types.js';
 
 export interface WeftdFlags {
@@ -47,6 +48,8 @@ export interface WeftdFlags {
   networkPolicy: boolean;
   /** --network-policy-log: log denied packets, rate-limited. */
   networkPolicyLog: boolean;
+  /** --service-cidr: the Services' ClusterIP ranges (ovs nodes with --network-policy judge egress after kube-proxy's DNAT). */
+  serviceCidrs: readonly IPNet[];
   healthzIp: string;
   healthzPort: number;
   iptablesResync: number;
@@ -162,6 +165,13 @@ export function buildParser(argv: readonly string[]) {
     .option('kubeconfig-file', { type: 'string', requiresArg: true, coerce: lastString, default: '', describe: 'kubeconfig file location (not needed in-cluster)' })
     .option('network-policy', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'enforce Kubernetes NetworkPolicy with nftables (needs --kube-subnet-mgr)' })
     .option('network-policy-log', { type: 'boolean', coerce: lastBoolean, default: false, describe: 'log packets denied by NetworkPolicy, rate-limited (needs --network-policy)' })
+    .option('service-cidr', {
+      type: 'string',
+      requiresArg: true,
+      coerce: lastString,
+      default: '',
+      describe: "the Services' ClusterIP ranges, comma-separated (kube-apiserver's --service-cluster-ip-range); with --network-policy on ovs nodes, egress to them is judged after kube-proxy's DNAT, against the backend pod",
+    })
     .option('healthz-ip', { type: 'string', requiresArg: true, coerce: lastString, default: '0.0.0.0', describe: 'the IP address for the healthz server to listen on' })
     .option('healthz-port', { type: 'number', requiresArg: true, coerce: lastNumber, default: 0, describe: 'the port for the healthz and metrics server to listen on (0 disables it)' })
     .option('iptables-resync', { type: 'number', requiresArg: true, coerce: lastNumber, default: 5, describe: 'resync period for iptables rules, in seconds' })
@@ -203,11 +213,24 @@ export function buildParser(argv: readonly string[]) {
       if (a['network-policy'] && !a['kube-subnet-mgr']) {
         throw new FlagError('--network-policy needs --kube-subnet-mgr: NetworkPolicy objects come from the Kubernetes API, which the etcd subnet manager does not use');
       }
+      parseServiceCidrs(a['service-cidr']);
       if (a['network-policy-log'] && !a['network-policy']) {
         throw new FlagError('--network-policy-log needs --network-policy: it logs the packets that NetworkPolicy denies');
       }
       return true;
     });
+}
+
+/** --service-cidr's comma-separated IPv4 prefixes (canonical: no host bits); '' is none. */
+export function parseServiceCidrs(text: string): IPNet[] {
+  if (text.trim() === '') return [];
+  return text.split(',').map((part) => {
+    const net = IPNet.tryParse(part.trim());
+    if (!net || net.family !== 4 || net.toString() !== part.trim() || net.prefix === 0) {
+      throw new FlagError(`--service-cidr: ${JSON.stringify(part.trim().slice(0, 60))} is not an IPv4 prefix without host bits (e.g. 10.96.0.0/12)`);
+    }
+    return net;
+  });
 }
 
 /** Below this, one failed keepalive exchange (5 s) and a retry would not fit in half the TTL. */
@@ -273,6 +296,7 @@ export function parseFlags(argv: readonly string[]): WeftdFlags & { help: boolea
     kubeconfigFile: a['kubeconfig-file'],
     networkPolicy: a['network-policy'],
     networkPolicyLog: a['network-policy-log'],
+    serviceCidrs: parseServiceCidrs(a['service-cidr']),
     healthzIp: a['healthz-ip'],
     healthzPort: a['healthz-port'],
     iptablesResync: a['iptables-resync'],

@@ -50,6 +50,7 @@ export async function kubeManager(
         resyncSeconds: flags.iptablesResync,
         networkConfig: () => manager.getNetworkConfig(),
         logDrops: flags.networkPolicyLog,
+        serviceCIDRs: flags.serviceCidrs,
         metrics,
       })
     : null;

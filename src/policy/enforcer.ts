@@ -17,7 +17,7 @@ import type { NetworkConfig } from '../subnet/config.js';
 import type { KubeClient } from '../subnet/kube/client.js';
 import { AbortedError, delay, untilAborted } from '../util/backoff.js';
 import { errorMessage } from '../util/errors.js';
-import type { IPAddr } from '../util/ip.js';
+import type { IPAddr, IPNet } from '../util/ip.js';
 import type { Logger } from '../util/log.js';
 import { type CniPod, PolicyEngine } from './engine.js';
 import type { PolicyMetrics } from './counters.js';
@@ -42,6 +42,8 @@ export interface PolicyEnforcerOptions {
   readonly resyncSeconds: number;
   /** The cluster's network config (its address families; its backend, which must be bridge-based). */
   readonly networkConfig: () => Promise<Pick<NetworkConfig, 'enableIPv4' | 'enableIPv6' | 'backend'>>;
+  /** The Services' ClusterIP ranges (--service-cidr; ovs nodes judge egress to them after the DNAT). */
+  readonly serviceCIDRs?: readonly IPNet[];
   /** Log default-deny drops (rate limited), `--network-policy-log`. */
   readonly logDrops?: boolean;
   /** Rule counters per policy and pod, failures and repairs. */
@@ -80,7 +82,7 @@ export class PolicyEnforcer {
 
   constructor(private readonly opts: PolicyEnforcerOptions) {
     this.engine = new PolicyEngine(opts.nodeName);
-    this.flowSection = new PolicyFlowSection(opts.logger);
+    this.flowSection = new PolicyFlowSection(opts.logger, opts.serviceCIDRs ?? []);
     this.source = new KubePolicySource({
       client: opts.client,
       engine: this.engine,
@@ -205,7 +207,7 @@ export class PolicyEnforcer {
         this.wake();
         try {
           this.opts.metrics?.recordPolicyFailure();
-          this.opts.logger.error('NetworkPolicy: an nftables transaction failed; the table is rewritten from the engine', { error: errorMessage(e) });
+          this.opts.logger.error('NetworkPolicy: a write to the dataplane failed; everything is rewritten from the engine', { error: errorMessage(e) });
         } catch {
           // the queue goes on whatever the logger does
         }

@@ -193,7 +193,10 @@ describe('vxlan backend: three hosts in namespaces', function () {
     await waitFor(async () => /^weft_lease_batches_applied_total [1-9]/m.test(await h.metrics()), { timeoutMs: 30_000, what: 'the first batch applied after restart' });
     monitor.kill();
     await ipn(h.ns, 'route', 'flush', '192.0.2.1/32');
-    const deletions = events.split('\n').filter((l) => l.startsWith('Deleted') && !l.includes('192.0.2.1'));
+    // The kernel's own multicast neighbours (NOARP ff02::…, seen when it garbage-collects them
+    // under load) are not weft's and come and go by themselves.
+    const kernelMulticast = /^Deleted (ff[0-9a-f]{2}:\S*|2(2[4-9]|3[0-9])\.\S*) dev \S+ lladdr \S+ NOARP/;
+    const deletions = events.split('\n').filter((l) => l.startsWith('Deleted') && !l.includes('192.0.2.1') && !kernelMulticast.test(l));
     assert.deepEqual(deletions, [], 'no entry removed during the restart');
     const after = (await leases(c)).get(h.underlayIP)!;
     assert.deepEqual(after, own, 'same subnet and VTEP MAC');

@@ -75,6 +75,7 @@ describe('parseFlags', () => {
       logFormat: 'text',
       logLevel: 'info',
       reconcileInterval: 10,
+      serviceCidrs: [],
       cniSocket: '/run/weft/cni.sock',
       v: 0,
       help: false,
@@ -87,9 +88,13 @@ describe('parseFlags', () => {
     assert.deepEqual([f.networkPolicy, f.networkPolicyLog], [true, true]);
     assert.equal(parseFlags(['-kube-subnet-mgr', '-network-policy']).networkPolicy, true);
     assert.equal(parseFlags(['--kube-subnet-mgr', '--network-policy=false']).networkPolicy, false);
+    assert.deepEqual(parseFlags(['--service-cidr', '10.96.0.0/12, 10.100.0.0/16']).serviceCidrs.map(String), ['10.96.0.0/12', '10.100.0.0/16']);
     rejects(['--network-policy'], /--network-policy needs --kube-subnet-mgr/);
     rejects(['--network-policy', '--etcd-endpoints=http://x:1'], /--network-policy needs --kube-subnet-mgr/);
     rejects(['--kube-subnet-mgr', '--network-policy-log'], /--network-policy-log needs --network-policy/);
+    rejects(['--service-cidr', '10.96.0.1/12'], /--service-cidr: "10.96.0.1\/12" is not an IPv4 prefix without host bits/);
+    rejects(['--service-cidr', 'fd00::/108'], /--service-cidr/);
+    rejects(['--service-cidr', '10.96.0.0/12,;rm'], /--service-cidr: ";rm"/);
     process.env.FLANNELD_NETWORK_POLICY = 'true';
     rejects([], /--network-policy needs --kube-subnet-mgr/);
     assert.equal(parseFlags(['--kube-subnet-mgr']).networkPolicy, true);

@@ -128,7 +128,7 @@ describe('ovs pipeline (pure)', () => {
     const lines = renderFlows(withPolicy.filter((f) => TABLES[f.table] >= TABLES.output)).trim().split('\n');
     assert.deepEqual(lines, [
       // IP packets with a known output port go through conntrack; everything else leaves as before.
-      'cookie=0x1010000000000,table=50,priority=200,ip,reg0=0x100/0x100,actions=ct(table=51,zone=65520)',
+      'cookie=0x1010000000000,table=50,priority=210,ip,reg0=0x100/0x100,actions=ct(table=51,zone=65520)',
       'cookie=0x1010000000000,table=50,priority=190,reg0=0x100/0x100,actions=output:NXM_NX_REG1[]',
       'cookie=0x1010000000000,table=50,priority=0,actions=drop',
       // Invalid dropped, established/related/replies straight to the output, new ones to the rules.
@@ -158,6 +158,9 @@ describe('ovs pipeline (pure)', () => {
       }
       assert.notEqual(f.cookie & CATEGORY_ONLY_MASK, cookieOf(0, Category.Policy, 0), renderFlows([f]));
     }
+    // With the Services' ranges, packets to them skip the egress rules (judged after the host's DNAT).
+    const svc = pipelineFlows(1, node, { policy: true, serviceCIDRs: [IPNet.parse('10.96.0.0/12')] }).filter((f) => f.table === 'conntrackState');
+    assert.ok(renderFlows(svc).includes('table=51,priority=190,ip,nw_dst=10.96.0.0/12,actions=goto_table:54'), renderFlows(svc));
   });
 
   it('counts diff-flows output as added, changed and removed flows', () => {

@@ -130,7 +130,7 @@ describe('NetworkPolicy OVS matches (src/policy/ovs/matches.ts)', () => {
 
   it('pod, peer and named-port matches by direction', () => {
     const text = (ms: ReturnType<typeof podMatch>) => ms.map(renderMatch).join(',');
-    assert.equal(text(podMatch('egress', '10.88.0.2')), 'ip,reg0=0x3/0xf,nw_src=10.88.0.2');
+    assert.equal(text(podMatch('egress', '10.88.0.2')), 'ip,nw_src=10.88.0.2');
     assert.equal(text(podMatch('ingress', '10.88.0.2')), 'ip,nw_dst=10.88.0.2');
     assert.equal(text(peerMatch('egress', '10.0.0.0/8')), 'ip,nw_dst=10.0.0.0/8');
     assert.equal(text(peerMatch('ingress', '10.88.0.3')), 'ip,nw_src=10.88.0.3');

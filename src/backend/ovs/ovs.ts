@@ -164,7 +164,7 @@ export class OvsBackend implements Backend {
       await this.withFlowLock(async () => {
         const node = this.nodePorts();
         const pods = await listPodInterfaces(this.ovs, this.opts.bridge, this.podPorts);
-        const flows = [...pipelineFlows(this.round, node, { policy: this.policy }), ...pods.flatMap((p) => podFlows(this.round, node, p))];
+        const flows = [...pipelineFlows(this.round, node, this.pipelineOptions), ...pods.flatMap((p) => podFlows(this.round, node, p))];
         await this.ovs.addFlows(this.opts.bridge, renderFlows(flows));
       });
     });
@@ -272,6 +272,10 @@ export class OvsBackend implements Backend {
     return this.ctx.policyFlows !== undefined;
   }
 
+  private get pipelineOptions() {
+    return { policy: this.policy, serviceCIDRs: this.ctx.policyFlows?.serviceCIDRs ?? [] };
+  }
+
   /**
    * The flow lock (the CNI plugin's pod flows), and with policy the section's turn, for a
    * compare-and-replace of the whole table: a policy bundle never lands between the two.
@@ -297,16 +301,16 @@ export class OvsBackend implements Backend {
   }
 
   /**
-   * After policy flows changed, on the userspace datapath: every cached datapath flow is dropped,
-   * so the next packet of each flow is translated against the new tables. Measured here (OVS 3.1,
-   * netdev): without it, a cached flow that allowed a pair of pods kept allowing new connections
-   * after a policy denied them, through later changes and `revalidator/wait`, next to the right
-   * drop flow under another recirculation id — revalidation modified another, overlapping cached
-   * flow. Not done on the kernel datapath, which modifies a cached flow by its id (untested here:
-   * this kernel has no openvswitch module).
+   * After policy flows changed: every cached datapath flow is dropped, so the next packet of each
+   * flow is translated against the new tables. Measured here (OVS 3.1, userspace datapath):
+   * without it, a cached flow that allowed a pair of pods kept allowing new connections after a
+   * policy denied them — through later changes and `revalidator/wait` — next to the right drop
+   * flow under another recirculation id. The cause is not found; until it is, the kernel datapath
+   * (not testable here: this kernel has no openvswitch module) is purged too. The cost: every
+   * flow's next packet takes the slow path once per policy write (writes coalesce under load).
    */
   private async purgeStaleDatapathFlows(): Promise<void> {
-    if (this.opts.datapathType === 'netdev') await this.ovs.appctl(['revalidator/purge']);
+    await this.ovs.appctl(['revalidator/purge']);
   }
 
   /**
@@ -316,7 +320,7 @@ export class OvsBackend implements Backend {
    */
   private async desiredTable(peers: readonly PeerNode[]): Promise<{ text: string; flows: number; pods: number }> {
     const pods = await listPodInterfaces(this.ovs, this.opts.bridge, this.podPorts);
-    const flows = desiredFlows(this.round, this.nodePorts(), pods, peers, { policy: this.policy });
+    const flows = desiredFlows(this.round, this.nodePorts(), pods, peers, this.pipelineOptions);
     const section = this.ctx.policyFlows;
     const policyFlows = section?.flows(this.round) ?? null;
     if (policyFlows) flows.push(...policyFlows);

@@ -10,10 +10,10 @@
 //     → 55 ingress default → 56 conntrack commit (new connections, the rules' conjunction ids in
 //     ct_label) → 60 policy output
 //
-// Policy is judged after forwarding, where every path (pod, gateway, tunnel) meets: nothing on the
-// way rewrites addresses, so egress (by source pod) and ingress (by destination pod) see the
-// packet's own addresses, and the pod flows the CNI plugin writes stay the same with or without
-// policy. The rule flows of 52–55 are the policy enforcer's (src/policy/ovs/); this file holds the
+// Policy is judged after forwarding, where every path (pod, gateway, tunnel) meets: nothing in the
+// pipeline rewrites addresses, so egress (by source pod address) and ingress (by destination pod
+// address) see the packet's own, and the pod flows the CNI plugin writes stay the same with or
+// without policy. Service traffic is DNATed by the host, outside the bridge: see policyScaffold. The rule flows of 52–55 are the policy enforcer's (src/policy/ovs/); this file holds the
 // tables' frame.
 //
 // Flows are declared with typed matches and actions and rendered by src/render/ofctl.ts (which
@@ -246,7 +246,13 @@ class FlowSet {
 }
 
 /** Flows installed once per node: port classification, gateway handling and every table's default. */
-export function pipelineFlows(round: number, node: NodePorts, opts: { readonly policy?: boolean } = {}): Flow[] {
+/** With `policy`, the policy tables' frame; `serviceCIDRs`: the Services' ClusterIP ranges (see policyScaffold). */
+export interface PipelineOptions {
+  readonly policy?: boolean;
+  readonly serviceCIDRs?: readonly IPNet[];
+}
+
+export function pipelineFlows(round: number, node: NodePorts, opts: PipelineOptions = {}): Flow[] {
   const { tunnelPort, gatewayPort, gatewayIP, gatewayMAC, vni } = node;
   const set = new FlowSet(cookieOf(round, Category.Pipeline, 0))
     .add('classifier', 200, [M.inPort(tunnelPort), M.tunnelId(vni)], [A.setSource(Source.Tunnel), A.goto('l3Forwarding')])
@@ -265,23 +271,33 @@ export function pipelineFlows(round: number, node: NodePorts, opts: { readonly p
     .add('l2Forwarding', 200, [M.ethDst(gatewayMAC)], [A.setOutPort(gatewayPort), A.goto('output')])
     .add('l2Forwarding', 200, [M.ethDst(GLOBAL_VIRTUAL_MAC)], [A.setOutPort(tunnelPort), A.goto('output')])
     .add('l2Forwarding', 0, [], [A.goto('output')]);
-  if (opts.policy) policyScaffold(set, node);
+  if (opts.policy) policyScaffold(set, node, opts.serviceCIDRs ?? []);
   else set.add('output', 200, [M.portFound], [A.outputToReg1]);
   return set.add('output', 0, [], [A.drop]).flows;
 }
 
 /**
  * The frame of the policy tables (their defaults pass everything on; the enforcer adds the rules).
- * Traffic from the node itself (the gateway's own address: kubelet probes, host services) skips
- * ingress rules, as it skips the nftables forward hook on bridge nodes; its connections are
- * committed, so replies come back as established. Non-IP packets leave without conntrack.
+ *  - Traffic from the node itself (the gateway's own address: kubelet probes, host services) skips
+ *    ingress rules, as it skips the nftables forward hook on bridge nodes; its connections are
+ *    committed, so replies come back as established. (kube-proxy's masquerade of NodePort traffic
+ *    to a local endpoint gives it the same address: such traffic passes too — see the README.)
+ *  - A pod's packet to a Service address skips the egress rules on its way to the host: kube-proxy
+ *    DNATs it there and it comes back through the gateway port with the pod's source address,
+ *    where the egress rules (which match the source address, whatever the port) judge it against
+ *    the backend — as nftables' forward hook, after DNAT, does.
+ *  - Non-IP packets leave without conntrack. The ct flow of table 50 is above the plain output's
+ *    priority, so while a restart that turns policy on still has the old round's output flow, the
+ *    new one wins.
  */
-function policyScaffold(set: FlowSet, node: NodePorts): void {
+function policyScaffold(set: FlowSet, node: NodePorts, serviceCIDRs: readonly IPNet[]): void {
   set
-    .add('output', 200, [M.ip, M.portFound], [A.conntrack('conntrackState')])
+    .add('output', 210, [M.ip, M.portFound], [A.conntrack('conntrackState')])
     .add('output', 190, [M.portFound], [A.outputToReg1])
     .add('conntrackState', 210, [M.ctState('+inv+trk'), M.ip], [A.drop])
-    .add('conntrackState', 200, [M.ctState('-new+trk'), M.ip], [A.goto('policyOutput')])
+    .add('conntrackState', 200, [M.ctState('-new+trk'), M.ip], [A.goto('policyOutput')]);
+  for (const cidr of serviceCIDRs) set.add('conntrackState', 190, [M.ip, M.ipDst(cidr)], [A.goto('ingressRule')]);
+  set
     .add('conntrackState', 0, [], [A.goto('egressRule')])
     .add('egressRule', 0, [], [A.goto('egressDefaultRule')])
     .add('egressDefaultRule', 0, [], [A.goto('ingressRule')])
@@ -321,7 +337,7 @@ export function peerFlows(round: number, node: Pick<NodePorts, 'gatewayMAC' | 'v
 }
 
 /** The whole table for a node, its pods and its peers (with the policy tables' frame when `policy`). */
-export function desiredFlows(round: number, node: NodePorts, pods: readonly PodPort[], peers: readonly PeerNode[], opts: { readonly policy?: boolean } = {}): Flow[] {
+export function desiredFlows(round: number, node: NodePorts, pods: readonly PodPort[], peers: readonly PeerNode[], opts: PipelineOptions = {}): Flow[] {
   return [
     ...pipelineFlows(round, node, opts),
     ...pods.flatMap((p) => podFlows(round, node, p)),

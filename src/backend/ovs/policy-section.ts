@@ -8,6 +8,7 @@
 // Until the enforcer has programmed the section once (after a restart it first needs the API's
 // lists), a full pass keeps the policy flows the bridge has, whatever their round: a restart
 // never opens a window without policy, and never deletes a rule flow that is still wanted.
+import type { IPNet } from '../../util/ip.js';
 import type { Logger } from '../../util/log.js';
 import { SerialQueue } from '../serial.js';
 import type { Flow } from './pipeline.js';
@@ -28,7 +29,14 @@ export class PolicyFlowSection {
   private source: ((round: number) => Flow[]) | null = null;
   private readonly serial = new SerialQueue();
 
-  constructor(private readonly logger?: Logger) {}
+  /**
+   * The Services' ClusterIP ranges (--service-cidr): on their first pass packets to them skip the
+   * egress rules, which judge them when they come back from the host after kube-proxy's DNAT.
+   */
+  constructor(
+    private readonly logger?: Logger,
+    readonly serviceCIDRs: readonly IPNet[] = [],
+  ) {}
 
   /** The backend, once it has its round (start-up). */
   attach(host: PolicyFlowHost): void {

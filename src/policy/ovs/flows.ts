@@ -136,28 +136,35 @@ export class PolicyFlowModel {
     applyDelta(this.state, { setsCreated: [], setChanges: [], rulesAdded: [], pods: d.pods, rulesRemoved: d.rulesRemoved, setsDeleted: d.setsDeleted });
   }
 
-  /** The flow mods that take the bridge from what was written to the model, for the entries touched since the last call. */
+  /**
+   * The flow mods that take the bridge from what was written to the model, for the entries touched
+   * since the last commit. Nothing changes until `commit` (call it once the bundle was accepted):
+   * after a refused bundle the same entries are written again by the next call.
+   */
   pendingMods(round: number): { mods: FlowMod[]; commit: () => void } {
     const mods: FlowMod[] = [];
     const written = new Map<string, string | null>();
-    for (const key of this.touched) {
+    const touched = [...this.touched];
+    for (const key of touched) {
       const e = this.entries.get(key);
       const flow = e ? this.flowOf(e, round) : null;
       const text = flow ? flowText(flow) : null;
-      const have = this.installed.get(key) ?? null;
-      if (e && !flow) this.entries.delete(key); // nothing contributes to it any more
-      if (text === have) continue;
+      if (text === (this.installed.get(key) ?? null)) continue;
       if (flow) mods.push({ op: 'add', flow });
       else if (e) mods.push({ op: 'delete-strict', flow: e });
       written.set(key, text);
     }
-    this.touched = new Set();
     return {
       mods,
       commit: () => {
         for (const [key, text] of written) {
           if (text === null) this.installed.delete(key);
           else this.installed.set(key, text);
+        }
+        for (const key of touched) {
+          const e = this.entries.get(key);
+          if (e && !this.flowOf(e, round)) this.entries.delete(key); // nothing contributes to it any more
+          this.touched.delete(key);
         }
       },
     };
@@ -180,6 +187,7 @@ export class PolicyFlowModel {
     for (const [key, e] of this.entries) {
       const f = this.flowOf(e, round);
       if (f) this.installed.set(key, flowText(f));
+      else this.entries.delete(key);
     }
   }
 

@@ -3,7 +3,7 @@
 // prefixes), its ports (ranges as masked tp_dst values) and egress named ports as one
 // (address, protocol, port) match each. OpenFlow has no ranges: an interval is the fewest aligned
 // prefixes that cover it exactly, a port range the fewest value/mask pairs.
-import { M, Source, type Match } from '../../backend/ovs/pipeline.js';
+import { M, type Match } from '../../backend/ovs/pipeline.js';
 import type { IPInterval } from '../ipblock.js';
 import type { Direction, PeerPort } from '../model.js';
 import type { PortRange, Protocol } from '../ports.js';
@@ -41,9 +41,14 @@ export function portMatches(r: PortRange): Match[][] {
   ]);
 }
 
-/** The pod side of a rule: egress packets from the pod (through a pod port), ingress packets to it. */
+/**
+ * The pod side of a rule: egress packets from the pod's address, ingress packets to it. Egress
+ * does not ask which port the packet came in from: a pod's Service traffic comes back from the
+ * gateway port after the host's DNAT and is judged then (pipeline.ts, policyScaffold); the spoof
+ * guard keeps other pods from sending with this address.
+ */
 export function podMatch(direction: Direction, ip: string): Match[] {
-  return direction === 'egress' ? [M.ip, M.source(Source.Pod), { field: 'nw_src', value: ip }] : [M.ip, { field: 'nw_dst', value: ip }];
+  return [M.ip, { field: direction === 'egress' ? 'nw_src' : 'nw_dst', value: ip }];
 }
 
 /** The peer side: an address or prefix text as podMatch's opposite end ("" is every address). */
