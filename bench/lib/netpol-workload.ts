@@ -17,6 +17,10 @@
 // namespace of team t(k mod 5)) and k + 40 (same namespace): each ingress set holds the 200
 // addresses of two apps, each egress named-port set the 100 (address, tcp, 8080) of one app.
 // `empty` reproduces the test's offsets.
+//
+// bench/netpol-ovs.ts (issue 19) uses the same generator with 200 pods per node (the `perNode`
+// argument of the placement functions; ≤ 244 so a node's addresses stay in its /24) on 11 nodes:
+// node n1's 200 local pods and 2 000 remote ones, and the first 500 policies.
 import { parseNamespace, parseNetworkPolicy, parsePod, type Namespace, type NetworkPolicy, type Pod } from '../../src/policy/objects.js';
 
 export const NAMESPACES = 20;
@@ -36,11 +40,11 @@ const OFFSETS: Record<PeerMode, { ingress: number; nsSel: number; egress: number
   empty: { ingress: 1, nsSel: 7, egress: 3 },
 };
 
-/** "n1" … "n100". */
-export const nodeOfPod = (i: number): string => `n${1 + Math.floor(i / PODS_PER_NODE)}`;
-/** The pods of node n (1-based): indexes (n − 1)·100 … n·100 − 1. */
-export const podsOfNode = (n: number): number[] => Array.from({ length: PODS_PER_NODE }, (_, j) => (n - 1) * PODS_PER_NODE + j);
-export const podIP = (i: number): string => `10.64.${Math.floor(i / PODS_PER_NODE)}.${10 + (i % PODS_PER_NODE)}`;
+/** "n1" … "n100" (with `perNode` pods per node). */
+export const nodeOfPod = (i: number, perNode = PODS_PER_NODE): string => `n${1 + Math.floor(i / perNode)}`;
+/** The pods of node n (1-based): indexes (n − 1)·perNode … n·perNode − 1. */
+export const podsOfNode = (n: number, perNode = PODS_PER_NODE): number[] => Array.from({ length: perNode }, (_, j) => (n - 1) * perNode + j);
+export const podIP = (i: number, perNode = PODS_PER_NODE): string => `10.64.${Math.floor(i / perNode)}.${10 + (i % perNode)}`;
 /** Node n's podCIDR and its bridge address (the pods' gateway). */
 export const nodeCidr = (n: number): string => `10.64.${n - 1}.0/24`;
 export const nodeGateway = (n: number): string => `10.64.${n - 1}.1`;
@@ -53,11 +57,12 @@ export function namespaces(): Namespace[] {
 }
 
 /** Pod i with label app=app`app` (by default its own app; a label change gives it another). */
-export function pod(i: number, app = appOfPod(i)): Pod {
+export function pod(i: number, app = appOfPod(i), perNode = PODS_PER_NODE): Pod {
+  if (!(perNode >= 1 && perNode <= 244)) throw new RangeError(`perNode ${perNode}: a node's addresses must fit in its /24 (1 … 244)`);
   return parsePod({
     metadata: { namespace: nsOfPod(i), name: `p${i}`, labels: { app: `app${app}` } },
-    spec: { nodeName: nodeOfPod(i), containers: [{ name: 'c', ports: [{ name: 'http', containerPort: HTTP_PORT, protocol: 'TCP' }] }] },
-    status: { phase: 'Running', podIPs: [{ ip: podIP(i) }] },
+    spec: { nodeName: nodeOfPod(i, perNode), containers: [{ name: 'c', ports: [{ name: 'http', containerPort: HTTP_PORT, protocol: 'TCP' }] }] },
+    status: { phase: 'Running', podIPs: [{ ip: podIP(i, perNode) }] },
   });
 }
 

@@ -267,3 +267,26 @@ export async function probeMatrix(pods: readonly MatrixPod[], ports: readonly Pr
   );
   return seen;
 }
+
+/** What a NetworkPolicy cluster test set up, to be torn down in order. */
+export interface PolicyClusterParts {
+  readonly agents: ReadonlyArray<{ stop(): Promise<void> }>;
+  readonly attacher: MatrixPodAttacher;
+  readonly hosts: ReadonlyArray<{ readonly weftd?: { stop(): Promise<unknown> } | null | undefined }>;
+  readonly switches: Iterable<{ stop(): Promise<void> }>;
+  readonly others: ReadonlyArray<(() => Promise<unknown>) | undefined>;
+}
+
+/**
+ * Tears a policy cluster down: the pods' agents, the pods (CNI DEL, while OVS still runs), weftd,
+ * then the switches (weftd before OVS), then `others` in order (cluster, forwarder, API). Every step
+ * runs even when one before it fails; the first failure is thrown at the end.
+ */
+export async function tearDownPolicyCluster(parts: PolicyClusterParts): Promise<void> {
+  const results: PromiseSettledResult<unknown>[][] = [await Promise.allSettled(parts.agents.map((a) => a.stop()))];
+  const stopWeftd = async () => void (await Promise.all(parts.hosts.map((h) => h.weftd?.stop() ?? Promise.resolve())));
+  const stopOvs = async () => void (await Promise.all([...parts.switches].map((o) => o.stop())));
+  for (const stop of [() => parts.attacher.destroy(), stopWeftd, stopOvs, ...parts.others]) if (stop) results.push(await Promise.allSettled([stop()]));
+  const failed = results.flat().find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
+}

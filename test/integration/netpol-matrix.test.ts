@@ -40,7 +40,7 @@ import { nsExec, nsPrefix } from '../helpers/netns.js';
 import { NetnsForward } from '../helpers/netns-forward.js';
 import type { OvsInstance } from '../helpers/ovs.js';
 import { startHostOvs } from '../helpers/ovs-cluster.js';
-import { OvsPodAttacher, PodAttacher, ProbeAgent, probeMatrix, type MatrixPod, type MatrixPodAttacher } from '../helpers/netpol-probe.js';
+import { OvsPodAttacher, PodAttacher, ProbeAgent, probeMatrix, type MatrixPod, type MatrixPodAttacher, tearDownPolicyCluster } from '../helpers/netpol-probe.js';
 import { expectMatrix, np, observedCells, renderTable, type Observed, type ProbePort, type Reach, type ReachMatrix, type Sel, wrongCells } from '../helpers/netpol-reach.js';
 import { WaitAbort, waitFor } from '../helpers/wait.js';
 
@@ -314,14 +314,13 @@ function matrixSuite(backend: Backend, tag: string, only?: readonly string[]): v
 
     after(async function () {
       this.timeout(120_000);
-      // Every step runs even when one before it fails; the first failure is thrown at the end.
-      // ovs: the pods' CNI DEL while OVS runs, then the daemons (weftd before OVS), namespaces last.
-      const results = [await Promise.allSettled(pods.map((p) => p.agent.stop()))];
-      const stopWeftd = async () => void (await Promise.all(c?.hosts.map((h) => h.weftd?.stop() ?? Promise.resolve()) ?? []));
-      const stopOvs = async () => void (await Promise.all([...switches.values()].map((o) => o.stop())));
-      for (const stop of [() => attacher.destroy(), stopWeftd, stopOvs, () => c?.destroy(), () => fwd?.stop(), () => fake?.stop()]) results.push(await Promise.allSettled([stop()]));
-      const failed = results.flat().find((r): r is PromiseRejectedResult => r.status === 'rejected');
-      if (failed) throw failed.reason;
+      await tearDownPolicyCluster({
+        agents: pods.map((p) => p.agent),
+        attacher,
+        hosts: c?.hosts ?? [],
+        switches: switches.values(),
+        others: [() => c?.destroy() ?? Promise.resolve(), () => fwd?.stop() ?? Promise.resolve(), () => fake?.stop() ?? Promise.resolve()],
+      });
     });
 
     afterEach(async function () {

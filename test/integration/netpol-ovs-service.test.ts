@@ -34,7 +34,7 @@ import { FakeKube, type JsonObject } from '../helpers/fake-kube.js';
 import { lines, nsExec, nsPrefix } from '../helpers/netns.js';
 import { NetnsForward } from '../helpers/netns-forward.js';
 import { ConnAgent } from '../helpers/netpol-conn.js';
-import { OvsPodAttacher } from '../helpers/netpol-probe.js';
+import { OvsPodAttacher, tearDownPolicyCluster } from '../helpers/netpol-probe.js';
 import { np } from '../helpers/netpol-reach.js';
 import type { OvsInstance } from '../helpers/ovs.js';
 import { startHostOvs } from '../helpers/ovs-cluster.js';
@@ -173,13 +173,13 @@ describe('NetworkPolicy on ovs nodes: Service traffic through a host kube-proxy 
 
   after(async function () {
     this.timeout(120_000);
-    // Every step runs even when one before it fails; the first failure is thrown at the end.
-    const results = [await Promise.allSettled(pods.map((p) => p.agent.stop()))];
-    const stopWeftd = async () => void (await Promise.all(c?.hosts.map((h) => h.weftd?.stop() ?? Promise.resolve()) ?? []));
-    const stopOvs = async () => void (await Promise.all([...switches.values()].map((o) => o.stop())));
-    for (const stop of [() => attacher.destroy(), stopWeftd, stopOvs, () => c?.destroy(), () => fwd?.stop(), () => fake?.stop()]) results.push(await Promise.allSettled([stop()]));
-    const failed = results.flat().find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    if (failed) throw failed.reason;
+    await tearDownPolicyCluster({
+      agents: pods.map((p) => p.agent),
+      attacher,
+      hosts: c?.hosts ?? [],
+      switches: switches.values(),
+      others: [() => c?.destroy() ?? Promise.resolve(), () => fwd?.stop() ?? Promise.resolve(), () => fake?.stop() ?? Promise.resolve()],
+    });
   });
 
   afterEach(async function () {

@@ -310,7 +310,7 @@ export class OvsBackend implements Backend {
    * flow's next packet takes the slow path once per policy write (writes coalesce under load).
    */
   private async purgeStaleDatapathFlows(): Promise<void> {
-    await this.ovs.appctl(['revalidator/purge']);
+    await this.ovs.unixctl('revalidator/purge');
   }
 
   /**
