@@ -1,15 +1,17 @@
 // weftd's NetworkPolicy component (`--network-policy`, Kubernetes mode): the API's Namespaces, Pods
-// and NetworkPolicies (kube-source.ts) → the engine (engine.ts) → the weft_policy nftables table
-// (nft/driver.ts). The order of things:
-//  1. bridged pod traffic must reach the inet forward hook: bridge-nf-call-iptables/ip6tables = 1;
-//  2. the three lists are applied to the engine, then the whole table is written in one
-//     transaction — only then is the enforcer ready (weftd's readiness and CNI ADD wait for it);
+// and NetworkPolicies (kube-source.ts) → the engine (engine.ts) → a dataplane (dataplane.ts): the
+// weft_policy nftables table (nft/driver.ts) on bridge nodes, the OVS pipeline's policy tables
+// (ovs/driver.ts, written through the ovs backend's flow section) on ovs nodes. The order of things:
+//  1. nftables only: bridged pod traffic must reach the inet forward hook (bridge-nf-call-iptables/
+//     ip6tables = 1); ovs only: the backend must have attached its flow section (its round);
+//  2. the three lists are applied to the engine, then everything is written in one transaction
+//     (one bundle) — only then is the enforcer ready (weftd's readiness and CNI ADD wait for it);
 //  3. the engine's deltas are applied in the order they happened, those that arrive while a
-//     transaction runs together in the next one — so a burst of events costs a few transactions,
-//     not one each, and the table never falls behind the API by more than one transaction;
-//  4. on the timer the table is read back and compared (beside the queue), and rewritten whole if
-//     it differs; after a failed transaction the model is uncertain and the table is rewritten
-//     from the engine at once (backing off while that fails too).
+//     write runs together in the next one — so a burst of events costs a few writes, not one
+//     each, and the dataplane never falls behind the API by more than one write;
+//  4. on the timer the dataplane is read back and compared (beside the queue), and rewritten whole
+//     if it differs; after a failed write the model is uncertain and everything is rewritten from
+//     the engine at once (backing off while that fails too).
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
