@@ -114,7 +114,9 @@ describe('weftd --network-policy: 100 pod label changes per second for 30 s keep
     const settled = performance.now() - tLast;
     // Two more resync passes over the final state: the read-back still finds nothing to repair.
     const checks = await metric('weft_network_policy_checks_total');
-    await waitFor(async () => (await metric('weft_network_policy_checks_total')) >= checks + 2, { timeoutMs: 10_000, what: 'two resync passes' });
+    // Passes are spaced by at least ten times the last read-back (enforcer.ts), which under the
+    // suite's load can take over half a second: the deadline follows that spacing, not the 1 s flag.
+    await waitFor(async () => (await metric('weft_network_policy_checks_total')) >= checks + 2, { timeoutMs: 30_000, what: 'two resync passes' });
     const repairs = (await metric('weft_network_policy_repairs_total')) - repairs0;
     const failures = (await metric('weft_network_policy_failures_total')) - failures0;
     console.log(`      churn: ${changes} label changes in 30 s (${(changes / 30).toFixed(0)}/s); maps exact ${settled.toFixed(0)} ms after the last change; repairs ${repairs}, failed transactions ${failures}`);
