@@ -107,6 +107,18 @@ export function isEmptyDelta(d: PolicyDelta): boolean {
   return !d.setsCreated.length && !d.setChanges.length && !d.rulesAdded.length && !d.pods.length && !d.rulesRemoved.length && !d.setsDeleted.length;
 }
 
+/** The delta that builds `s` from nothing (every set, rule and pod created). */
+export function snapshotDelta(s: PolicySnapshot): PolicyDelta {
+  return {
+    setsCreated: [...s.sets].map(([id, content]) => ({ id, content })),
+    setChanges: [],
+    rulesAdded: [...s.rules.values()],
+    pods: [...s.pods].map(([key, policy]) => ({ key, policy })),
+    rulesRemoved: [],
+    setsDeleted: [],
+  };
+}
+
 /** A mutable copy of desired state that deltas are applied to. */
 export interface MutableSnapshot {
   sets: Map<string, SetContent>;
@@ -166,4 +178,11 @@ function copyContent(c: SetContent): SetContent {
     case 'intervals':
       return { kind: 'intervals', intervals: [...c.intervals] };
   }
+}
+
+/** A mutable copy of `s`. */
+export function copySnapshot(s: PolicySnapshot): MutableSnapshot {
+  const out = emptySnapshot();
+  applyDelta(out, snapshotDelta(s));
+  return out;
 }

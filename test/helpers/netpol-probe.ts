@@ -2,7 +2,6 @@
 // node on the node's cni0 bridge, each with a long-lived agent in its network namespace
 // (netpol-probe-agent.ts) that serves TCP and UDP on the suite's ports and probes other pods on
 // request; and the matrix probe itself (every pod → every other pod, every protocol/port, at once).
-import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -10,15 +9,9 @@ import type { Host } from './cluster.js';
 import { cniBinDir, runCni } from './cni.js';
 import { addNetns, delNetns, ipn } from './netns.js';
 import { portKey, type Observed, type ProbePort } from './netpol-reach.js';
-import { WaitAbort, waitFor } from './wait.js';
+import { NetnsAgent } from './netns-agent.js';
 
 const AGENT = fileURLToPath(new URL('./netpol-probe-agent.ts', import.meta.url));
-const REPO = fileURLToPath(new URL('../..', import.meta.url));
-
-const live = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const p of live) p.kill('SIGKILL');
-});
 
 /** `a.b.c.d` + n (within the last octets; the leases here are /24s). */
 function addToV4(ip: string, n: number): string {
@@ -151,93 +144,27 @@ export interface ProbeResult {
 
 /** One pod's agent: servers on `ports` (TCP and UDP) and probes on request, over stdin/stdout. */
 export class ProbeAgent {
-  private buf = '';
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (r: ProbeResult[]) => void; reject: (e: Error) => void }>();
-  stderr = '';
-  private readyResolve: (() => void) | null = null;
-  private readonly readyP: Promise<void>;
-
-  private constructor(
-    readonly netns: string,
-    private readonly proc: ChildProcess,
-  ) {
-    live.add(proc);
-    this.readyP = new Promise((resolve) => (this.readyResolve = resolve));
-    proc.stdout!.on('data', (d: Buffer) => this.onData(d.toString()));
-    proc.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));
-    proc.stdin!.on('error', () => undefined);
-    proc.once('exit', (code, signal) => {
-      live.delete(proc);
-      for (const p of this.pending.values()) p.reject(new Error(`agent in ${netns} exited (${code ?? signal}): ${this.stderr.trim()}`));
-      this.pending.clear();
-    });
-  }
+  private constructor(private readonly agent: NetnsAgent) {}
 
   /** Starts the agent in `netns` and waits until its servers listen. */
   static async start(netns: string, ports: readonly number[]): Promise<ProbeAgent> {
-    const proc = spawn('ip', ['netns', 'exec', netns, process.execPath, '--import', 'tsx', AGENT, ...ports.map(String)], {
-      cwd: REPO,
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    const agent = new ProbeAgent(netns, proc);
-    let ready = false;
-    void agent.readyP.then(() => (ready = true));
-    await waitFor(
-      () => {
-        if (!agent.running) throw new WaitAbort(`agent in ${netns} exited: ${agent.stderr.trim()}`);
-        return ready;
-      },
-      { timeoutMs: 30_000, what: `the probe agent in ${netns}` },
-    ).catch(async (e: Error) => {
-      await agent.stop();
-      throw e;
-    });
-    return agent;
+    return new ProbeAgent(await NetnsAgent.start(AGENT, netns, ports.map(String), 'probe agent'));
   }
 
   get running(): boolean {
-    return this.proc.exitCode === null && this.proc.signalCode === null;
-  }
-
-  private onData(text: string): void {
-    this.buf += text;
-    let nl: number;
-    while ((nl = this.buf.indexOf('\n')) >= 0) {
-      const line = this.buf.slice(0, nl);
-      this.buf = this.buf.slice(nl + 1);
-      if (!line.trim()) continue;
-      const msg = JSON.parse(line) as { ready?: boolean; id?: number; results?: ProbeResult[]; error?: string };
-      if (msg.ready) {
-        this.readyResolve?.();
-        continue;
-      }
-      const p = msg.id === undefined ? undefined : this.pending.get(msg.id);
-      if (!p) continue;
-      this.pending.delete(msg.id!);
-      if (msg.results) p.resolve(msg.results);
-      else p.reject(new Error(`agent in ${this.netns}: ${msg.error ?? 'no results'}`));
-    }
+    return this.agent.running;
   }
 
   /** Runs the probes at once (each on a new socket); the results in the same order. */
-  probe(probes: readonly ProbeSpec[], timeoutMs: number): Promise<ProbeResult[]> {
-    if (!this.running) return Promise.reject(new Error(`agent in ${this.netns} is not running: ${this.stderr.trim()}`));
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      this.proc.stdin!.write(`${JSON.stringify({ id, timeoutMs, probes })}\n`);
-    });
+  async probe(probes: readonly ProbeSpec[], timeoutMs: number): Promise<ProbeResult[]> {
+    const msg = await this.agent.request({ timeoutMs, probes });
+    if (!Array.isArray(msg['results'])) throw new Error(`agent in ${this.agent.netns}: no results`);
+    return msg['results'] as ProbeResult[];
   }
 
   /** Closes stdin (the agent exits), SIGKILL after 2 s. */
-  async stop(): Promise<void> {
-    if (!this.running) return;
-    const exited = new Promise((resolve) => this.proc.once('exit', resolve));
-    this.proc.stdin!.end();
-    const timer = setTimeout(() => this.proc.kill('SIGKILL'), 2_000);
-    await exited;
-    clearTimeout(timer);
+  stop(): Promise<void> {
+    return this.agent.stop();
   }
 }
 

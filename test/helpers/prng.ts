@@ -9,3 +9,20 @@ export function prng(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/** Seeded choices for property tests. */
+export class SeededRandom {
+  readonly r: () => number;
+  constructor(seed: number) {
+    this.r = prng(seed);
+  }
+  int(n: number): number {
+    return Math.floor(this.r() * n);
+  }
+  pick<T>(xs: readonly T[]): T {
+    return xs[this.int(xs.length)]!;
+  }
+  chance(p: number): boolean {
+    return this.r() < p;
+  }
+}

@@ -16,27 +16,12 @@ import { type Protocol, resolveNamed } from '../../src/policy/ports.js';
 import { matches } from '../../src/policy/selector.js';
 import { decide } from '../../src/policy/verdict.js';
 import { IPAddr } from '../../src/util/ip.js';
-import { prng } from '../helpers/prng.js';
+import { SeededRandom as Gen } from '../helpers/prng.js';
 import { plainSnapshot } from '../helpers/policy-snapshot.js';
 
 const SEED = Number(process.env['WEFT_FUZZ_SEED'] ?? Date.now() % 0x100000000);
 const NODE = 'n1';
 
-class Gen {
-  readonly r: () => number;
-  constructor(seed: number) {
-    this.r = prng(seed);
-  }
-  int(n: number): number {
-    return Math.floor(this.r() * n);
-  }
-  pick<T>(xs: readonly T[]): T {
-    return xs[this.int(xs.length)]!;
-  }
-  chance(p: number): boolean {
-    return this.r() < p;
-  }
-}
 
 const NSS = ['n0', 'n1', 'n2', 'n3'];
 const KEYS = ['app', 'tier', 'env'];

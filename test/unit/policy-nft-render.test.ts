@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 
 import { PolicyEngine } from '../../src/policy/engine.js';
-import { applyDelta, emptySnapshot, type MutableSnapshot, type PolicySnapshot } from '../../src/policy/model.js';
+import { applyDelta, copySnapshot } from '../../src/policy/model.js';
 import { parseNamespace, parseNetworkPolicy, parsePod } from '../../src/policy/objects.js';
 import { podChainName } from '../../src/policy/nft/layout.js';
 import { renderDelta, renderFull } from '../../src/policy/nft/render.js';
@@ -14,12 +14,6 @@ const pod = (ns: string, name: string, ip: string, app: string) =>
     spec: { nodeName: 'n1', containers: [{ name: 'c', ports: [{ name: 'http', containerPort: 80, protocol: 'TCP' }] }] },
     status: { phase: 'Running', podIPs: [{ ip }] },
   });
-
-function copy(s: PolicySnapshot): MutableSnapshot {
-  const out = emptySnapshot();
-  applyDelta(out, { setsCreated: [...s.sets].map(([id, content]) => ({ id, content })), setChanges: [], rulesAdded: [...s.rules.values()], pods: [...s.pods].map(([key, policy]) => ({ key, policy })), rulesRemoved: [], setsDeleted: [] });
-  return out;
-}
 
 const T = 'inet weft_policy';
 const SET = 'r2d27d8f36fc2ec182e44_pods';
@@ -37,7 +31,7 @@ describe('policy nft rendering', () => {
     }),
   );
   const snap0 = e.snapshot();
-  const state = copy(snap0);
+  const state = copySnapshot(snap0);
 
   it('renders a snapshot as the whole table', () => {
     assert.equal(B, podChainName('x/b', 'ingress'));
@@ -125,7 +119,7 @@ describe('policy nft rendering', () => {
     );
     assert.doesNotMatch(text, /flags interval|_cidrs_|ip6|_v6/);
     // Deleting the policy deletes the chain and no set: the ipBlock had none.
-    const prev = copy(e2.snapshot());
+    const prev = copySnapshot(e2.snapshot());
     assert.equal(renderDelta(prev, e2.deletePolicy('x', 'cidr'), { families: [4] }), [`delete element ${T} egress_v4 { 10.88.0.2 }`, `delete chain ${T} ${A}`, ''].join('\n'));
   });
 
@@ -140,7 +134,7 @@ describe('policy nft rendering', () => {
     assert.match(full, /add set inet weft_policy r[0-9a-f]+_ports_v4 \{ type ipv4_addr \. inet_proto \. inet_service ; \}/);
     assert.doesNotMatch(full, /_pods_v4/);
     // A new peer pod changes the peerPorts set only; its deletion removes the rule's one set.
-    const prev = copy(e2.snapshot());
+    const prev = copySnapshot(e2.snapshot());
     const d = e2.upsertPod(pod('x', 'b2', '10.88.0.5', 'b'));
     assert.match(renderDelta(prev, d, opts) ?? '', /^add element inet weft_policy r[0-9a-f]+_ports_v4 \{ 10\.88\.0\.5 \. tcp \. 80 \}\n$/);
     applyDelta(prev, d);
@@ -160,7 +154,7 @@ describe('policy nft rendering', () => {
     assert.deepEqual(full.script.split('\n').filter((l) => l.startsWith(`add element ${T} ingress_v4`)), [`add element ${T} ingress_v4 { 10.88.0.7 : jump ${podChainName('x/p-new', 'ingress')} }`]);
     assert.deepEqual([...full.desired.maps.get('ingress_v4')!], [['10.88.0.7', podChainName('x/p-new', 'ingress')]]);
     // p-new leaves: the entry moves to p-old in the same transaction, before p-new's chain goes.
-    const prev = copy(e2.snapshot());
+    const prev = copySnapshot(e2.snapshot());
     const text = renderDelta(prev, e2.deletePod('x', 'p-new'), opts) ?? '';
     assert.deepEqual(text.split('\n').filter((l) => l !== ''), [
       `delete element ${T} ingress_v4 { 10.88.0.7 }`,
@@ -177,7 +171,7 @@ describe('policy nft rendering', () => {
     const pods = new Map(hostile.map((s, i) => [`${s}/${s}`, { ...b, namespace: s, name: s, ips: [`10.9.0.${i + 1}`] }]));
     const full = renderFull({ ...snap, pods }).script;
     assert.equal(full.match(/: jump pod_[0-9a-f]{20}_in/g)?.length, hostile.length);
-    const prev = copy({ ...snap, pods: new Map() });
+    const prev = copySnapshot({ ...snap, pods: new Map() });
     const delta = renderDelta(prev, { setsCreated: [], setChanges: [], rulesAdded: [], pods: [...pods].map(([key, policy]) => ({ key, policy })), rulesRemoved: [], setsDeleted: [] })!;
     for (const t of [full, delta]) for (const s of hostile) assert.ok(!t.includes(s), `${JSON.stringify(s)} in the text`);
   });

@@ -20,7 +20,7 @@ import { decide } from '../../src/policy/verdict.js';
 import { IPAddr } from '../../src/util/ip.js';
 import { FlowTables, type SimPacket, type SimProto } from '../helpers/openflow-sim.js';
 import { plainSnapshot } from '../helpers/policy-snapshot.js';
-import { prng } from '../helpers/prng.js';
+import { SeededRandom as Gen } from '../helpers/prng.js';
 
 const SEED = Number(process.env['WEFT_FUZZ_SEED'] ?? Date.now() % 0x100000000);
 const ROUND = 5;
@@ -59,21 +59,6 @@ class FakeBridge {
 
 // ---- random engine events ----
 
-class Gen {
-  readonly r: () => number;
-  constructor(seed: number) {
-    this.r = prng(seed);
-  }
-  int(n: number): number {
-    return Math.floor(this.r() * n);
-  }
-  pick<T>(xs: readonly T[]): T {
-    return xs[this.int(xs.length)]!;
-  }
-  chance(p: number): boolean {
-    return this.r() < p;
-  }
-}
 
 const NAMESPACES = ['x', 'y'];
 const POD_NAMES = Array.from({ length: 8 }, (_, i) => `p${i}`);

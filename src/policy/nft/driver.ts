@@ -6,7 +6,7 @@ import { errorMessage } from '../../util/errors.js';
 import { runCommand } from '../../util/exec.js';
 import { countPackets } from '../counters.js';
 import type { PolicyDataplane } from '../dataplane.js';
-import { applyDelta, emptySnapshot, type MutableSnapshot, type PolicyDelta, type PolicySnapshot } from '../model.js';
+import { applyDelta, copySnapshot, emptySnapshot, type MutableSnapshot, type PolicyDelta, type PolicySnapshot } from '../model.js';
 import { BASE_CHAINS, BASE_PRIORITY, TABLE_FAMILY, TABLE_NAME } from './layout.js';
 import { type DesiredTable, renderDelta, renderDeleteTable, renderFull, type RenderOptions, type SetKind } from './render.js';
 
@@ -107,11 +107,6 @@ export class PolicyNftDriver implements PolicyDataplane {
   }
 }
 
-function copySnapshot(s: PolicySnapshot): MutableSnapshot {
-  const out = emptySnapshot();
-  applyDelta(out, { setsCreated: [...s.sets].map(([id, content]) => ({ id, content })), setChanges: [], rulesAdded: [...s.rules.values()], pods: [...s.pods].map(([key, policy]) => ({ key, policy })), rulesRemoved: [], setsDeleted: [] });
-  return out;
-}
 
 // ---- read-back ----
 

@@ -15,7 +15,7 @@
 // is a counted drop.
 import { renderMatch } from '../../render/ofctl.js';
 import { A, Category, cookieOf, TABLES, type Action, type Flow, type FlowMod, type Match, type Table } from '../../backend/ovs/pipeline.js';
-import { applyDelta, emptySnapshot, ruleOfSetId, type Direction, type LocalPodPolicy, type MutableSnapshot, type PolicyDelta, type PolicySnapshot, type RuleInfo } from '../model.js';
+import { applyDelta, emptySnapshot, ruleOfSetId, snapshotDelta, type Direction, type LocalPodPolicy, type MutableSnapshot, type PeerPort, type PolicyDelta, type PolicySnapshot, type RuleInfo } from '../model.js';
 import type { PortRange } from '../ports.js';
 import { intervalPrefixes, isV4, peerMatch, peerPortMatch, podMatch, portMatches } from './matches.js';
 
@@ -102,7 +102,7 @@ export class PolicyFlowModel {
     this.byRule.clear();
     this.installed.clear();
     this.touched.clear();
-    this.apply({ setsCreated: [...snap.sets].map(([id, content]) => ({ id, content })), setChanges: [], rulesAdded: [...snap.rules.values()], pods: [...snap.pods].map(([key, policy]) => ({ key, policy })), rulesRemoved: [], setsDeleted: [] });
+    this.apply(snapshotDelta(snap));
   }
 
   /**
@@ -118,8 +118,8 @@ export class PolicyFlowModel {
           for (const a of ch.add) if (isV4(a)) this.peer(c, a, 1);
           for (const a of ch.remove) if (isV4(a)) this.peer(c, a, -1);
         } else if (ch.kind === 'peerPorts' && c.named) {
-          for (const pp of ch.add) if (isV4(pp.ip)) this.contribute(RULE_TABLE.egress, RULE_PRIORITY, peerPortMatch(pp), { kind: 'conj', id: c.id, clause: 2, clauses: 2 }, 1);
-          for (const pp of ch.remove) if (isV4(pp.ip)) this.contribute(RULE_TABLE.egress, RULE_PRIORITY, peerPortMatch(pp), { kind: 'conj', id: c.id, clause: 2, clauses: 2 }, -1);
+          for (const pp of ch.add) this.peerPort(c, pp, 1);
+          for (const pp of ch.remove) this.peerPort(c, pp, -1);
         }
       }
     }
@@ -246,9 +246,7 @@ export class PolicyFlowModel {
     const refs = (c.pods.get(m.ip) ?? 0) + sign;
     if (refs > 0) c.pods.set(m.ip, refs);
     else c.pods.delete(m.ip);
-    const dir = c.rule.direction;
-    if (c.clauses === 1) this.contribute(RULE_TABLE[dir], POD_ONLY_PRIORITY, podMatch(dir, m.ip), { kind: 'allow', id: c.id }, sign);
-    else this.contribute(RULE_TABLE[dir], RULE_PRIORITY, podMatch(dir, m.ip), { kind: 'conj', id: c.id, clause: 1, clauses: c.clauses }, sign);
+    this.podClause(c, m.ip, sign);
     if (c.pods.size === 0) this.deactivate(c);
   }
 
@@ -272,13 +270,7 @@ export class PolicyFlowModel {
   }
 
   private deactivate(c: Conjunction): void {
-    const dir = c.rule.direction;
-    for (const [ip, refs] of c.pods) {
-      for (let i = 0; i < refs; i++) {
-        if (c.clauses === 1) this.contribute(RULE_TABLE[dir], POD_ONLY_PRIORITY, podMatch(dir, ip), { kind: 'allow', id: c.id }, -1);
-        else this.contribute(RULE_TABLE[dir], RULE_PRIORITY, podMatch(dir, ip), { kind: 'conj', id: c.id, clause: 1, clauses: c.clauses }, -1);
-      }
-    }
+    for (const [ip, refs] of c.pods) for (let i = 0; i < refs; i++) this.podClause(c, ip, -1);
     c.pods.clear();
     this.clauses(c, -1);
     this.conjs.delete(c.key);
@@ -296,7 +288,7 @@ export class PolicyFlowModel {
     this.contribute(table, RULE_PRIORITY, [{ field: 'conj_id', value: c.id }, { field: 'ip' }], { kind: 'allow', id: c.id }, sign);
     if (c.named) {
       const set = c.rule.namedPeerPorts ? this.state.sets.get(c.rule.namedPeerPorts) : undefined;
-      if (set?.kind === 'peerPorts') for (const pp of set.elements.values()) if (isV4(pp.ip)) this.contribute(table, RULE_PRIORITY, peerPortMatch(pp), { kind: 'conj', id: c.id, clause: 2, clauses: 2 }, sign);
+      if (set?.kind === 'peerPorts') for (const pp of set.elements.values()) this.peerPort(c, pp, sign);
       return;
     }
     if (c.peerClause !== null && c.rule.peers !== 'any') {
@@ -309,6 +301,18 @@ export class PolicyFlowModel {
     if (c.portClause !== null && c.ports !== 'any') {
       for (const r of c.ports) for (const match of portMatches(r)) this.contribute(table, RULE_PRIORITY, match, { kind: 'conj', id: c.id, clause: c.portClause, clauses: c.clauses }, sign);
     }
+  }
+
+  /** A pod address in clause 1 — or, when the pod is the only clause, its allow flow. */
+  private podClause(c: Conjunction, ip: string, sign: 1 | -1): void {
+    const dir = c.rule.direction;
+    if (c.clauses === 1) this.contribute(RULE_TABLE[dir], POD_ONLY_PRIORITY, podMatch(dir, ip), { kind: 'allow', id: c.id }, sign);
+    else this.contribute(RULE_TABLE[dir], RULE_PRIORITY, podMatch(dir, ip), { kind: 'conj', id: c.id, clause: 1, clauses: c.clauses }, sign);
+  }
+
+  /** An egress named port resolved on a peer: clause 2 of the rule's named-port conjunction. */
+  private peerPort(c: Conjunction, pp: PeerPort, sign: 1 | -1): void {
+    if (isV4(pp.ip)) this.contribute(RULE_TABLE.egress, RULE_PRIORITY, peerPortMatch(pp), { kind: 'conj', id: c.id, clause: 2, clauses: 2 }, sign);
   }
 
   private peer(c: Conjunction, addrOrPrefix: string, sign: 1 | -1): void {
